@@ -319,6 +319,30 @@ def test_an_mpiexec_job_without_master_port_agrees_a_free_port_through_mpi(tmp_p
     assert all(r.get("sum") == 2.0 for r in results), results
 
 
+@pytest.mark.timeout(150)
+def test_an_mpiexec_rank_waiting_in_mpis_start_for_a_rank_that_never_comes_ends_within_the_init_timeout(tmp_path):
+    """``mpiexec -n 2 python -m mpi4py`` with ``MASTER_PORT`` unset: ``init_distributed`` starts MPI (importing
+    ``mpi4py.MPI``) to agree the store's port, and MPI's start waits for every rank, holding the GIL. Rank 1 comes
+    100 s late (as one that hangs before its ``init_distributed``). Before, rank 0 waited in MPI's start, silently,
+    until rank 1 came, whatever the init timeout (4 s here); now it ends at the init timeout with one line naming
+    what it waited for, and mpiexec ends the job."""
+    from pathlib import Path
+
+    pytest.importorskip("mpi4py")
+    from harness import HERE, run_mpiexec, tuner_env
+
+    env = {**tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="4"), "JOB_VALUE": "1", "LATE_RANK": "1",
+           "LATE_S": "100"}
+    env.pop("MASTER_PORT", None)
+    t0 = time.monotonic()
+    proc = run_mpiexec(Path(HERE) / "scenarios" / "restart_cases.py", 2, ["all_reduce_own_value"], env,
+                       timeout=130, python_args=["-m", "mpi4py"])
+    took = time.monotonic() - t0
+    assert proc.returncode != 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "init_distributed: rank 0 waited 4 s in MPI's start" in proc.stderr, proc.stderr[-3000:]
+    assert took < 50, took  # (before: 100 s, rank 1's delay, then the job ran)
+
+
 @pytest.mark.timeout(120)
 def test_a_master_addr_with_spaces_around_it_starts_the_job(tmp_path):
     """``MASTER_ADDR="127.0.0.1 "`` on both ranks of a job started without torchrun's agent (a trailing space, as

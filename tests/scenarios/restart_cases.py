@@ -133,8 +133,11 @@ def all_reduce_own_value():
     """A rank of one of two jobs meeting on one host (tests/test_init_distributed.py): ``init_distributed``, then an
     all-reduce of its job's ``JOB_VALUE``; prints the sum, or the error and how long it took to come. Where
     ``GO_FILE`` is set, it starts once that file exists (at most 60 s later); where ``UP_FILE`` is, it touches it
-    once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s)."""
+    once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s); where
+    ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its ``init_distributed``)."""
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    if os.environ.get("LATE_RANK") == str(rank):
+        time.sleep(float(os.environ["LATE_S"]))
     deadline = time.monotonic() + 60
     while os.environ.get("GO_FILE") and not Path(os.environ["GO_FILE"]).exists() and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -15,9 +15,10 @@ job's own rank 1 was left out (``tests/test_init_distributed.py``). Now:
 - a port in use ends rank 0 with one such line (:func:`port_in_use`);
 - ``MASTER_PORT`` unset under ``python -m mpi4py`` (mpiexec's ranks; or MPI initialized by the program): rank 0
   starts the store on a port the kernel picks and hands it, and a random token, to every rank through MPI
-  (:func:`plan`): two such jobs on one host simply work. Elsewhere MPI is not initialized for it: at exit Open MPI's
-  finalize waits for every rank, so a rank that raised would not end (nor mpiexec end the job) until all had;
-  ``python -m mpi4py`` aborts the job on an unhandled exception instead;
+  (:func:`plan`): two such jobs on one host simply work. MPI's start, which waits for every rank holding the GIL,
+  is bounded by the init timeout from another process (:mod:`.mpi_start`). Elsewhere MPI is not initialized for
+  it: at exit Open MPI's finalize waits for every rank, so a rank that raised would not end (nor mpiexec end the
+  job) until all had; ``python -m mpi4py`` aborts the job on an unhandled exception instead;
 - ``MASTER_PORT`` unset in a job of one rank (no torchrun agent): its store is on a port the kernel picks, which
   no other rank needs to know (two such processes on one host each start; before, the second's port was in use);
 - ``MASTER_PORT`` unset otherwise, and the launcher names no job (none of :data:`IDENTITY_VARIABLES`): nothing
@@ -38,7 +39,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
-from . import epoch, store_silence
+from . import epoch, mpi_start, store_silence
 
 #: the port of the store where ``MASTER_PORT`` is unset (torch's and torchrun's default)
 DEFAULT_PORT = 29500
@@ -108,7 +109,7 @@ def plan(job: settings.Launcher, rank: int, world: int, join_s: float, start: Ca
         return Meeting(0, token(world), "MASTER_PORT unset, one rank: a free port")
     if _by_mpi and _by_mpi[0].token.endswith(f" world={world}"):
         return Meeting(_by_mpi[0].port, _by_mpi[0].token, _by_mpi[0].said)
-    comm = _mpi_world(rank, world)
+    comm = _mpi_world(rank, world, join_s)
     if comm is not None:
         meeting = _through_mpi(comm, rank, world, join_s, start)
         _by_mpi[:] = [meeting]
@@ -122,15 +123,17 @@ def plan(job: settings.Launcher, rank: int, world: int, join_s: float, start: Ca
     return unset
 
 
-def _mpi_world(rank: int, world: int) -> Any:
+def _mpi_world(rank: int, world: int, join_s: float) -> Any:
     """mpi4py's ``COMM_WORLD`` where MPI is initialized in this process (not finalized) and it holds the launcher's
     rank and world size, else None. MPI is initialized for it (importing ``mpi4py.MPI``) only under ``python -m
     mpi4py``, whose unhandled exception aborts the whole job: elsewhere a rank that raised would wait at its exit,
-    in Open MPI's finalize, for every other rank to end, instead of ending (and mpiexec ending the job)."""
+    in Open MPI's finalize, for every other rank to end, instead of ending (and mpiexec ending the job). That start
+    waits for every rank, holding the GIL: it is bounded by ``join_s`` from another process
+    (:func:`.mpi_start.started`)."""
     mpi = sys.modules.get("mpi4py.MPI")
     try:
         if mpi is None and "mpi4py.run" in sys.modules:
-            from mpi4py import MPI as mpi
+            mpi = mpi_start.started(rank, join_s, epoch.LONGER)
         if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
             return None
         comm = mpi.COMM_WORLD
