@@ -32,10 +32,12 @@ def test_a_master_port_that_is_no_port_is_named(launcher, port):
 
 
 @pytest.mark.timeout(30)
-def test_a_rank_that_is_not_a_number_is_named(launcher):
-    launcher.setenv("RANK", "x")
+@pytest.mark.parametrize("rank", ["x", "-1"])
+def test_a_rank_that_is_not_a_number_is_named(launcher, rank):
+    launcher.setenv("RANK", rank)
     launcher.setenv("WORLD_SIZE", "2")
-    with pytest.raises(tdt.BadInputError, match="RANK='x' is not a number"):  # was: "none of [...] is set"
+    # was: "none of [...] is set"; then, for -1, "is not a number"
+    with pytest.raises(tdt.BadInputError, match=f"RANK='{rank}' is not a whole number of 0 or more"):
         tdt.init_distributed(timeout_s=5)
 
 

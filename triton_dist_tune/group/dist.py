@@ -28,7 +28,8 @@ def _required(value: int | None, names: tuple[str, ...]) -> int:
     if value is None:
         for name in names:  # set, but not to a number: say so (the launcher reads only numbers)
             if os.environ.get(name, "") != "":
-                raise BadInputError(f"{name}={os.environ[name]!r} is not a number (a rank or a count of ranks)")
+                raise BadInputError(f"{name}={os.environ[name]!r} is not a whole number of 0 or more (a rank or a "
+                                    f"count of ranks)")
         raise BadInputError(f"none of {list(names)} is set: start the job with torchrun, launch.sh or mpiexec")
     return value
 
