@@ -463,3 +463,90 @@ def test_ranks_of_one_job_that_disagree_on_its_size_are_told_so_not_to_change_th
     assert "disagree on its size" in said["message"] and "world size of 2, this rank 3" in said["message"], said
     assert "MASTER_PORT" not in said["message"], said
     assert _ended(first, 60).get("error") == "GroupTimeoutError"  # (rank 0: rank 1 never took part)
+
+
+
+def _alike(tmp_path, port: int, world: int, rank: int, init_s: int, **extra: str):
+    """A process of one job (``PMIX_NAMESPACE`` job-A, ``WORLD_SIZE=world``) started with ``RANK=rank`` by hand (no
+    torchrun agent: global rank 0 hosts the store on ``port``), all-reducing 1."""
+    from pathlib import Path
+
+    from harness import HERE, base_env, spawn, tuner_env
+
+    env = tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT=str(init_s), **extra)
+    return spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"],
+                 base_env({**env, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                           "MASTER_PORT": str(port), "MASTER_ADDR": "127.0.0.1", "PMIX_NAMESPACE": "job-A",
+                           "JOB_VALUE": "1"}))
+
+
+def _started_alike(tmp_path, port: int, world: int, ranks: list[int], init_s: int, **extra: str) -> list:
+    """Processes of one job started with the rank numbers ``ranks`` (:func:`_alike`), each waiting for a file
+    that this touches once every process was started: they call ``init_distributed`` together."""
+    go = tmp_path / "go"
+    procs = [_alike(tmp_path, port, world, rank, init_s, GO_FILE=str(go), **extra) for rank in ranks]
+    go.touch()
+    return procs
+
+
+TWICE = "global rank 1 was claimed by two processes"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_started_twice_while_another_never_starts_is_named_at_once_on_every_process(tmp_path):
+    """``WORLD_SIZE=3`` and ``RANK=0,1,1`` (a launch script that gave two processes rank 1, none rank 2): the second
+    claimant of rank 1 ends at once, naming the rank, both processes and ``RANK=1``; global rank 0, told through
+    the store, ends the start and tells the first claimant, both naming rank 1 claimed twice and rank 2 that no
+    process joined as, well within the init timeout. Before: every process waited the init timeout and read
+    "ranks [2] ... never did" (a GroupTimeoutError), not that rank 1 was there twice."""
+    from harness import free_port
+
+    init_s = 20
+    said = [_ended(proc, 60) for proc in _started_alike(tmp_path, free_port(), 3, [0, 1, 1], init_s)]
+    assert all(r.get("error") == "AutotuneError" and TWICE in r["message"] for r in said), said
+    assert all("two processes of the job were started with RANK=1" in r["message"] for r in said), said
+    second = [r for r in said if "then this one, pid " in r["message"]]
+    assert len(second) == 1 and second[0]["rank"] == 1, said
+    told = [r for r in said if r is not second[0]]
+    assert all("no process has joined as rank 2 so far" in r["message"] for r in told), said
+    assert "rank 1 took part, but rank 0 ended the job's start" in next(r for r in told if r["rank"] == 1)["message"]
+    assert all("\n" not in r["message"] and r["seconds"] < init_s / 4 for r in said), said
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_started_twice_in_a_job_of_two_never_ends_in_gloo(tmp_path):
+    """``WORLD_SIZE=2`` and ``RANK=0,1,1``: the second claimant of rank 1 ends at once with one line naming it;
+    where rank 0 reads its report before every rank took part, the start ends on every process with that line,
+    else rank 0 and the first claimant start the job and all-reduce (the extra process refused). Before: both
+    claimants took part in the naming and went into torch's ``init_process_group``, where one failed in gloo
+    ("Connection reset by peer", a C++ traceback), or the second waited the init timeout for "ranks [0]"."""
+    from harness import free_port
+
+    init_s = 20
+    said = [_ended(proc, 60) for proc in _started_alike(tmp_path, free_port(), 2, [0, 1, 1], init_s)]
+    second = [r for r in said if "then this one, pid " in r.get("message", "")]
+    assert len(second) == 1 and second[0]["rank"] == 1 and TWICE in second[0]["message"], said
+    assert "started with RANK=1" in second[0]["message"] and second[0]["seconds"] < init_s / 4, said
+    others = [r for r in said if r is not second[0]]
+    halted = all(r.get("error") == "AutotuneError" and TWICE in r["message"] for r in others)
+    assert halted or all(r.get("sum") == 2.0 for r in others), said
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_started_again_while_its_job_runs_is_refused_at_once_and_the_job_goes_on(tmp_path):
+    """A second process started as rank 1 of a job of two whose ranks have started and all-reduced (rank 0 holds
+    the store): it ends at once with one line naming rank 1 claimed twice, the first claimant's pid and this one's;
+    the job goes on. Before: its hello was never answered, and it waited the init timeout for "ranks [0]"."""
+    from harness import free_port
+
+    port, init_s, up, hold = free_port(), 20, tmp_path / "up", tmp_path / "hold"
+    job = _started_alike(tmp_path, port, 2, [0, 1], init_s, UP_FILE=str(up), HOLD_FILE=str(hold))
+    deadline = time.monotonic() + 60
+    while not up.exists():
+        assert all(p.poll() is None for p in job) and time.monotonic() < deadline, [p.communicate() for p in job]
+        time.sleep(0.02)
+    said = _ended(_alike(tmp_path, port, 2, 1, init_s), 60)
+    hold.touch()
+    assert [_ended(p, 60).get("sum") for p in job] == [2.0, 2.0], said
+    assert said.get("error") == "AutotuneError" and TWICE in said["message"], said
+    assert "then this one, pid " in said["message"] and said["seconds"] < init_s / 4, said
