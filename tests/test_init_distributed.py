@@ -519,11 +519,18 @@ def test_a_rank_started_twice_in_a_job_of_two_never_ends_in_gloo(tmp_path):
     where rank 0 reads its report before every rank took part, the start ends on every process with that line,
     else rank 0 and the first claimant start the job and all-reduce (the extra process refused). Before: both
     claimants took part in the naming and went into torch's ``init_process_group``, where one failed in gloo
-    ("Connection reset by peer", a C++ traceback), or the second waited the init timeout for "ranks [0]"."""
+    ("Connection reset by peer", a C++ traceback), or the second waited the init timeout for "ranks [0]". (Ranks
+    that start the job hold it until a process of rank 1 has ended: the extra one, however late it comes, meets
+    the job, not a store gone.)"""
     from harness import free_port
 
-    init_s = 20
-    said = [_ended(proc, 60) for proc in _started_alike(tmp_path, free_port(), 2, [0, 1, 1], init_s)]
+    init_s, up, hold = 20, tmp_path / "up", tmp_path / "hold"
+    procs = _started_alike(tmp_path, free_port(), 2, [0, 1, 1], init_s, UP_FILE=str(up), HOLD_FILE=str(hold))
+    deadline = time.monotonic() + 60
+    while all(p.poll() is None for p in procs[1:]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    hold.touch()
+    said = [_ended(proc, 60) for proc in procs]
     second = [r for r in said if "then this one, pid " in r.get("message", "")]
     assert len(second) == 1 and second[0]["rank"] == 1 and TWICE in second[0]["message"], said
     assert "started with RANK=1" in second[0]["message"] and second[0]["seconds"] < init_s / 4, said
