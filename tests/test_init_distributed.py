@@ -557,3 +557,30 @@ def test_a_rank_started_again_while_its_job_runs_is_refused_at_once_and_the_job_
     assert [_ended(p, 60).get("sum") for p in job] == [2.0, 2.0], said
     assert said.get("error") == "AutotuneError" and TWICE in said["message"], said
     assert "then this one, pid " in said["message"] and said["seconds"] < init_s / 4, said
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_that_ended_at_its_start_and_is_started_again_by_hand_joins_its_job(tmp_path):
+    """``WORLD_SIZE=3``: rank 0 and a first rank 1 start; rank 1 claims its number, then is killed (SIGKILL) while
+    rank 0 waits for rank 2; a new rank 1 and rank 2 are started by hand on the same host. The new rank 1 replaces the
+    claim of the process that ended, and the job all-reduces (3.0 on every rank), as it did before rank numbers were
+    claimed. Before this rule, the claim of the killed process stood: the new one was refused as rank 1 claimed twice
+    and the whole start ended."""
+    import signal
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from harness import free_port
+
+    port, init_s = free_port(), 40
+    first = [_alike(tmp_path, port, 3, rank, init_s) for rank in (0, 1)]
+    client = dist.TCPStore("127.0.0.1", port, 3, is_master=False, timeout=timedelta(seconds=30),
+                           wait_for_workers=False)
+    deadline = time.monotonic() + 30
+    while not client.check(["triton_dist_tune/rank/1"]):  # (the claims' key: triton_dist_tune/group/claims.py)
+        assert time.monotonic() < deadline and first[1].poll() is None, [p.communicate() for p in first]
+        time.sleep(0.02)
+    first[1].send_signal(signal.SIGKILL)
+    first[1].wait(timeout=30)
+    again = [_alike(tmp_path, port, 3, rank, init_s) for rank in (1, 2)]
+    assert [_ended(p, 90).get("sum") for p in (first[0], *again)] == [3.0, 3.0, 3.0]

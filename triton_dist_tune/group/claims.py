@@ -58,6 +58,26 @@ def _who(value: str) -> str:
         return f"a process that wrote {value[:40]!r}"
 
 
+def _gone(value: str) -> bool:
+    """Whether the process that wrote the claim ``value`` ran on this host and has ended (a rank that failed at its
+    start, started again by hand while rank 0 still waits: it replaces the one that ended, as before claims). One on
+    another host, or whose pid is still taken, is not known to have ended."""
+    try:
+        record = json.loads(value)
+        pid, host = int(record["pid"]), str(record["host"])
+    except Exception:  # (a value of another program's)
+        return False
+    if host != socket.gethostname() or pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # (another user's process: it lives)
+        return False
+    return False
+
+
 def _started_with(rank: int) -> str:
     """How the launcher gave this process its rank (``RANK=1``): the first of the rank variables set."""
     name = next((name for name in settings.RANK_VARIABLES if os.environ.get(name, "").strip()), "RANK")
@@ -74,8 +94,10 @@ def claim(store: Any, rank: int, world: int, where: str) -> None:
     """A rank other than 0, its job's token checked: claim ``rank`` in ``store`` for this process. Another process's
     claim there: report it (:class:`Reports`) and raise an :class:`~triton_dist_tune.AutotuneError` naming the
     rank and both processes. This process's own (a later start after ``destroy_process_group``): return."""
-    mine = this_process()
-    theirs = bytes(store.compare_set(f"{CLAIM}{rank}", "", mine)).decode(errors="replace")
+    mine, key = this_process(), f"{CLAIM}{rank}"
+    theirs = bytes(store.compare_set(key, "", mine)).decode(errors="replace")
+    if theirs != mine and _gone(theirs):  # a process of this host that claimed it has ended: this one replaces it
+        theirs = bytes(store.compare_set(key, theirs, mine)).decode(errors="replace")
     if theirs == mine:
         return
     first, started_with = _who(theirs), _started_with(rank)
