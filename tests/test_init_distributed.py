@@ -46,6 +46,8 @@ def test_a_rank_outside_the_world_is_refused_at_once(launcher):
     launcher.setenv("RANK", "2")
     launcher.setenv("WORLD_SIZE", "1")
     launcher.setenv("MASTER_PORT", "1")  # nobody listens: before, a client waited timeout_s for it
+    import torch.distributed  # noqa: F401  (its first import, seconds on a loaded machine, is not what is timed)
+
     t0 = time.monotonic()
     with pytest.raises(tdt.BadInputError, match="rank 2 is not below the world size 1"):
         tdt.init_distributed(timeout_s=5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -156,19 +157,14 @@ def _reach(host: str, port: int, seconds: float, rank: int, where: str) -> None:
     :class:`~triton_dist_tune.GroupTimeoutError` naming ``where``. Torch's own client, given no store, tried twice
     for its timeout each and printed about 40 lines of C++ warnings before its ``DistNetworkError``; a plain
     connect, closed at once, leaves a store that does listen none the worse (its host prints nothing)."""
-    deadline, pause = time.monotonic() + seconds, 0.05
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
-                return
-        except OSError as exc:
-            if time.monotonic() + pause >= deadline:
-                raise GroupTimeoutError(
-                    f"init_distributed: rank {rank} could not reach {where} within {seconds:g} s "
-                    f"({describe_error(exc)}): not started, ended, or at another address (MASTER_ADDR, MASTER_PORT) "
-                    f"{epoch.LONGER}") from None
-        time.sleep(pause)
-        pause = min(0.5, pause * 1.5)
+
+    def connect(left: float) -> None:
+        with socket.create_connection((host, port), timeout=max(0.1, min(2.0, left))):
+            pass
+
+    _retried(seconds, connect, lambda exc: (
+        f"init_distributed: rank {rank} could not reach {where} within {seconds:g} s ({describe_error(exc)}): not "
+        f"started, ended, or at another address (MASTER_ADDR, MASTER_PORT) {epoch.LONGER}"))
 
 
 def _resolve(host: str, seconds: float) -> None:
@@ -176,16 +172,22 @@ def _resolve(host: str, seconds: float) -> None:
     (a cluster's name service may know a node's name only once the node is up); else a
     :class:`~triton_dist_tune.GroupTimeoutError` naming it. Torch's own client, on a name that does not resolve,
     tried twice for the timeout each and printed about 40 lines of C++ warnings before its ``DistNetworkError``."""
+    _retried(seconds, lambda left: socket.getaddrinfo(host, None, type=socket.SOCK_STREAM), lambda exc: (
+        f"init_distributed: rank 0 could not resolve MASTER_ADDR={host!r}, where it hosts the job's key-value store, "
+        f"within {seconds:g} s ({describe_error(exc)}): set MASTER_ADDR to this node's name or address, the same on "
+        f"every rank {epoch.LONGER}"))
+
+
+def _retried(seconds: float, attempt: Callable[[float], Any], failed: Callable[[OSError], str]) -> None:
+    """Call ``attempt`` (given the seconds left) until it raises no ``OSError``, pausing 0.05 s between tries, then
+    longer, up to 0.5 s; past ``seconds`` a :class:`~triton_dist_tune.GroupTimeoutError` saying ``failed(error)``."""
     deadline, pause = time.monotonic() + seconds, 0.05
     while True:
         try:
-            socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            attempt(deadline - time.monotonic())
             return
         except OSError as exc:
             if time.monotonic() + pause >= deadline:
-                raise GroupTimeoutError(
-                    f"init_distributed: rank 0 could not resolve MASTER_ADDR={host!r}, where it hosts the job's "
-                    f"key-value store, within {seconds:g} s ({describe_error(exc)}): set MASTER_ADDR to this node's "
-                    f"name or address, the same on every rank {epoch.LONGER}") from None
+                raise GroupTimeoutError(failed(exc)) from None
         time.sleep(pause)
         pause = min(0.5, pause * 1.5)
