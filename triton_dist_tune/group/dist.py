@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
-from . import claims, epoch, exits, rendezvous, store_silence
+from . import epoch, exits, rendezvous, store_silence
 
 #: the store this process hosts (global rank 0 without torchrun's agent), by its address: a later call after
 #: ``destroy_process_group`` starts again on it, since its port stays bound (:mod:`.exits` keeps it for the wait at
@@ -46,9 +46,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     nothing but return the group when already initialized.
 
     Where global rank 0 hosts the store (no torchrun agent), it writes the job's token there and every other rank
-    checks it before it writes anything, so that a rank never joins another job that uses the same port; each other
-    rank then claims its rank number there, so that two processes started with one rank end the start, saying so
-    (:mod:`~triton_dist_tune.group.claims`); with
+    checks it before it writes anything, so that a rank never joins another job that uses the same port; with
     ``MASTER_PORT`` unset the port is agreed through MPI under ``python -m mpi4py``, else it is 29500 where the
     launcher names the job, else a :class:`~triton_dist_tune.BadInputError` asks for one
     (:mod:`~triton_dist_tune.group.rendezvous`).
@@ -125,17 +123,13 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
                     raise AutotuneError(rendezvous.in_use_message(meeting, where)) from None
                 raise AutotuneError(f"init_distributed: rank {rank} could not {'start' if hosts else 'connect to'} "
                                     f"{where}: {describe_error(exc)}") from None
-            reports = None  # global rank 0's look at the ranks claimed twice (.claims)
             if hosts:  # the job's token, read by every other rank before it writes anything into the store
-                reports = claims.Reports(store, world) if world > 1 else None
                 rendezvous.publish(store, meeting)
-            elif not job.agent_store:  # (torchrun's agent: a store of the job's own rendezvous, its ranks its own)
+            elif not job.agent_store:  # (torchrun's agent: a store of the job's own rendezvous)
                 rendezvous.check(store, meeting, rank, where, join_s)
                 checked = True
-                claims.claim(store, rank, world, where)  # one process per rank number
             store.set_timeout(timedelta(seconds=join_s))
-            attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where,
-                                  halt=reports.halt if reports is not None else None)
+            attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
             store.set_timeout(timedelta(seconds=timeout_s))
             # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
             settings.name_job(store.compare_set("triton_dist_tune/job", "", attempt).decode(errors="replace")[:40])

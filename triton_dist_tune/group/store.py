@@ -20,23 +20,18 @@ from .channel import (
     Failed,
     FailureReport,
     Group,
-    PassedOver,
+    Message,
     RankEnded,
+    combine_payloads,
     default_timeout,
     ended_message,
     not_a_member,
+    pack,
+    unpack,
 )
-from .messages import Message, combine_payloads, pack, unpack
 from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
-from .store_texts import (
-    ended_message_of,
-    late_message,
-    left_message,
-    silent_message,
-    unresolved_message,
-    withdrawn_notes,
-)
+from .store_texts import ended_message_of, late_message, left_message, silent_message, unresolved_message
 from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, quiet_store_wait
 from .unresolved import NOTES
 from .waiting import report_waiting, wait_in_slices
@@ -142,22 +137,18 @@ class StoreGroup(Group):
         timeout = default_timeout() if timeout is None else timeout
         with store_silence.answering(self.store, store_silence.tuner_timeout()):  # (a frozen host: no beat tells)
             self._named(timeout)
-            while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
-                with self._lock:
-                    self._seq += 1
-                    seq, self._what = self._seq, what
-                try:
-                    if self.rank == 0:
-                        return self._gather_and_send(seq, obj, fn, what, timeout)
-                    return self._send_and_receive(seq, obj, what, timeout)
-                except PassedOver as exc:
-                    log.debug("triton_dist_tune: exchange %d of group '%s' is void: %s", seq, self.title, exc)
+            with self._lock:
+                self._seq += 1
+                seq, self._what = self._seq, what
+            if self.rank == 0:
+                return self._gather_and_send(seq, obj, fn, what, timeout)
+            return self._send_and_receive(seq, obj, what, timeout)
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
         started = time.monotonic()
-        with _undone_on_a_note(self, seq, None):
+        with self._undone_on_a_note(seq, None):
             self._wait(keys, what, timeout, _arrivals(self, seq, range(1, self.size)))
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
@@ -169,7 +160,7 @@ class StoreGroup(Group):
         # tell everyone (at the exchange after, which rank 0 cannot pass without it)
         if seq > 2:
             _tidy(self, self._key(seq - 2, "all"))
-        return unpack(payload, what, 0, self.turn_began())
+        return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
@@ -177,35 +168,49 @@ class StoreGroup(Group):
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
         self._sent = seq
         peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
-        with _undone_on_a_note(self, seq, mine):
+        with self._undone_on_a_note(seq, mine):
             self._wait([combined], what, timeout, _SeenFrom(peers))
         payload = self._request(lambda: self.store.get(combined), what, started)
         _tidy(self, mine)  # rank 0 has read it: it wrote the result
-        return unpack(payload, what, self.rank, self.turn_began())
+        return unpack(payload, what, self.rank)
+
+    @contextmanager
+    def _undone_on_a_note(self, seq: int, mine: str | None) -> Iterator[None]:
+        """Undo exchange ``seq`` when its wait raises :class:`BadInputError` because a late rank will not come (its
+        note: :mod:`.unresolved`): that rank never entered it, so no rank can complete it; this rank takes back its
+        message (``mine``) and its sequence number, and is in step with that rank when both call again."""
+        try:
+            yield
+        except BadInputError:
+            if mine is not None:
+                try:
+                    self.store.delete_key(mine)
+                except Exception as exc:  # the store is gone: nobody calls again
+                    log.debug("triton_dist_tune: could not take back %s (%s)", mine, exc)
+            with self._lock:
+                if self._seq == seq:
+                    self._seq = seq - 1
+            raise
 
     def exchanges(self) -> int:
         return self._seq
 
     def leave(self, interruption: BaseException) -> None:
         """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
-        :class:`~.channel.Failed` as its part of the next exchange it has not written, naming the last exchange it
-        began in the turn (``held``), and counts it done. A peer still in the turn (it waits there, or comes to it)
-        raises ``RankFailedError`` at once and counts it done too: the ranks stay in step. A peer past the turn
-        (this rank's part of its last exchange was written) meets it at a later turn's first exchange, which is then
-        void on every rank and made again at the next number, where this rank's next call comes
-        (:class:`~.channel.PassedOver`). Best effort."""
+        :class:`~.channel.Failed` as its part of the next exchange it has not written (its peers wait for it, or come
+        to it), which they raise as ``RankFailedError`` at once, and counts it done, as they do: the ranks stay in
+        step (before, a call again met them one exchange apart). Best effort."""
         if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
             return
         with self._lock:
-            held = self._seq
-            seq = self._seq = self._sent = held + (self._sent == held)
+            seq = self._seq = self._sent = self._seq + (self._sent == self._seq)
         self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
             self._told, None
         text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
                             told.describe() if told is not None and told.interrupted else None)
         try:
             with store_silence.answering(self.store, store_silence.tuner_timeout()):
-                self.store.set(key, codec.encode(Message("", Failed(text, left=True, held=held))))
+                self.store.set(key, codec.encode(Message("", Failed(text, left=True))))
         except Exception as exc:  # the store is gone: the peers' waits say so
             log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
@@ -328,7 +333,7 @@ class StoreGroup(Group):
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
         except (BadInputError, GroupTimeoutError) as exc:  # (a BadInputError undoes the exchange on every rank:
-            left = not isinstance(exc, BadInputError)  # :func:`_undone_on_a_note`)
+            left = not isinstance(exc, BadInputError)  # :meth:`_undone_on_a_note`)
             raise
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
@@ -336,8 +341,8 @@ class StoreGroup(Group):
                 message = self._lost_message(what, waited, exc)
             else:
                 late = _with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
-                message = late_message(self._waited(what, f"{timeout:g}"), late, [self.global_ranks[r] for r in late]) \
-                    + withdrawn_notes(self.store, self.global_ranks, late, where)
+                message = late_message(self._waited(what, f"{timeout:g}"), late,
+                                       [self.global_ranks[r] for r in late]) + _withdrawn_notes(self, late, where)
             raise GroupTimeoutError(message) from exc
         finally:
             lookup.close(left)
@@ -355,25 +360,6 @@ class StoreGroup(Group):
             return False
 
 
-@contextmanager
-def _undone_on_a_note(group: StoreGroup, seq: int, mine: str | None) -> Iterator[None]:
-    """Undo exchange ``seq`` when its wait raises :class:`BadInputError` because a late rank will not come (its
-    note: :mod:`.unresolved`): that rank never entered it, so no rank can complete it; this rank takes back its
-    message (``mine``) and its sequence number, and is in step with that rank when both call again."""
-    try:
-        yield
-    except BadInputError:
-        if mine is not None:
-            try:
-                group.store.delete_key(mine)
-            except Exception as exc:  # the store is gone: nobody calls again
-                log.debug("triton_dist_tune: could not take back %s (%s)", mine, exc)
-        with group._lock:
-            if group._seq == seq:
-                group._seq = seq - 1
-        raise
-
-
 def _tidy(group: StoreGroup, key: str) -> None:
     """Delete a key every rank has read: the exchange is complete without it, so a store already gone (its
     host ended after the exchange) is no error here; the next exchange, if any, says so."""
@@ -383,6 +369,19 @@ def _tidy(group: StoreGroup, key: str) -> None:
         raise
     except Exception as exc:
         log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
+
+
+def _withdrawn_notes(group: StoreGroup, late: Sequence[int], where: Waiter) -> str:
+    """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
+    other groups (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this
+    wait was for the call such a note was about, so none stopped it), quoted as a likely cause; best effort
+    (nothing on a store error)."""
+    try:
+        notes = NOTES.withdrawn_before(group.store, [group.global_ranks[r] for r in late], where)
+    except Exception as exc:  # the store is gone: the timeout's message stands alone
+        log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
+        return ""
+    return "".join(note.why_withdrawn(g, where.since) for g, note in notes.items())
 
 
 def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[str] | None = None) -> Arrivals:
