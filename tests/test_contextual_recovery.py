@@ -77,16 +77,19 @@ def test_a_cancelled_task_on_one_rank_is_journaled_as_an_interruption(tmp_path):
 @pytest.mark.parametrize("error", ["cancel", "raise"])
 def test_a_rank_left_waiting_in_the_functions_collective_blames_no_config(tmp_path, error):
     """Rank 1's function is cancelled (``asyncio.CancelledError``) or raises its own error in run 2, after its launch
-    of config 1 and before the all_reduce; rank 1 stays alive. Rank 0, waiting in the all_reduce, is ended by its
-    watchdog after T (4 s) and finds rank 1's report on the call's failure board: it journals config 1
-    ``interrupted``, never ``hung``, and says so. Before, contextual tuning had no failure board: rank 0 journaled
-    config 1 ``hung`` and the next attempt left it out, although no rank hung in it (the function's own error and an
-    interruption blame no config)."""
-    env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"), ERROR=error)
+    of config 1 and before the all_reduce; rank 1 stays alive. Rank 0, waiting in the all_reduce, reads rank 1's
+    report on the call's failure board and, its run no longer moving, is ended by its watchdog after the grace
+    (``failure_grace(T)``: 5 s of T = 20 s) with the peer exit status 87, as ``autotune``'s ranks are: it journals
+    config 1 ``interrupted``, never ``hung``, and says so. Before, contextual tuning had no failure board: rank 0
+    journaled config 1 ``hung`` and the next attempt left it out, although no rank hung in it (the function's own
+    error and an interruption blame no config); then, with the board, it still waited the whole T (300 s by
+    default) and ended with exit status 86."""
+    env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"), ERROR=error)
     (tmp_path / "faults").mkdir()
     ranks = run_ranks(CASES, 2, ["left_waiting"], env={**env, "ATTEMPT": "0"}, timeout=100, stuck=[1])
-    assert ranks[0].returncode == 86, describe(ranks)  # the watchdog's exit status
-    assert "journaled as interrupted: no config is blamed on this rank" in ranks[0].stderr, describe(ranks)
+    assert ranks[0].returncode == 87, describe(ranks)  # ended from the board, not at its deadline (86)
+    assert "rank 1 failed in run 1" in ranks[0].stderr and "while this rank was still inside" in ranks[0].stderr
+    assert "journaled interrupted (no config is blamed)" in ranks[0].stderr, describe(ranks)
     cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
     (journal,) = [p for p in cache.rglob("*.journal") if ".rank0" in p.name]
     states = {r["state"] for r in records(journal) if r.get("index") == 1}
@@ -94,15 +97,30 @@ def test_a_rank_left_waiting_in_the_functions_collective_blames_no_config(tmp_pa
 
 
 @pytest.mark.timeout(150)
+def test_a_rank_still_launching_after_its_peers_report_is_not_ended(tmp_path):
+    """Rank 1 raises after the all_reduce in run 2; rank 0 is not waiting for it and goes on launching, 1.2 s apart,
+    for longer than the grace (5 s of T = 20 s). Each finished launch is the run moving on, so the watchdog leaves
+    rank 0 be: its run ends and both ranks raise the same AutotuneError, catchable, instead of rank 0 being ended
+    with exit status 87 five seconds after rank 1's report."""
+    env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 2, ["raised_after_the_collective"], env={**env, "ATTEMPT": "0"}, timeout=100)
+    assert [r.returncode for r in ranks] == [0, 0], describe(ranks)
+    for r in ranks:
+        (res,) = r.results
+        assert res["error"] == "AutotuneError" and "rank 1's own error after the collective" in res["text"], res
+
+
+@pytest.mark.timeout(150)
 def test_a_rank_left_waiting_in_a_hot_call_that_turned_tuning_blames_no_config(tmp_path):
     """As above, in a call that began hot and went on as a tuning call (every rank met a new key). Before, such a
     call opened no failure board: rank 1's report went nowhere and rank 0 journaled the config ``hung``."""
-    env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"))
+    env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"))
     (tmp_path / "faults").mkdir()
     ranks = run_ranks(CASES, 2, ["left_waiting_in_a_hot_call_turned_tuning"], env={**env, "ATTEMPT": "0"},
                       timeout=100, stuck=[1])
-    assert ranks[0].returncode == 86, describe(ranks)  # the watchdog's exit status
-    assert "journaled as interrupted: no config is blamed on this rank" in ranks[0].stderr, describe(ranks)
+    assert ranks[0].returncode == 87, describe(ranks)  # ended from the board after the grace, not at T (86)
+    assert "journaled interrupted (no config is blamed)" in ranks[0].stderr, describe(ranks)
     cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
     states = {r["state"] for p in cache.rglob("*.journal") if ".rank0" in p.name for r in records(p)}
     assert "interrupted" in states and "hung" not in states, states

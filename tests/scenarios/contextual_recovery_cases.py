@@ -12,6 +12,8 @@ rank made them) and sleeps [5, 80, 400] ms, the same on every rank: config 0 win
   task: a ``BaseException`` that is no ``Exception``); it is journaled ``interrupted``, as Ctrl-C is.
 - ``left_waiting``: in run 2 rank 1's function is cancelled (``ERROR=cancel``) or raises (``ERROR=raise``) after its
   launch of config 1 and before the all_reduce, and rank 1 stays alive; rank 0 waits in the all_reduce.
+- ``raised_after_the_collective``: in run 2 rank 1 raises after the all_reduce, and rank 0 goes on launching for
+  longer than the watchdog's grace after a peer's report.
 - ``stopped``: in run 2 rank 1 writes its pid after its launch of config 1; the test stops it there (SIGSTOP) and
   continues it; it goes on 1.5 s later; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
@@ -158,6 +160,37 @@ def left_waiting():
         emit(rank=dist.get_rank(), error=type(exc).__name__)
     if dist.get_rank() == 1:
         time.sleep(120)  # alive: rank 0's watchdog, not a closed connection, ends its wait in the all_reduce
+
+
+@case
+def raised_after_the_collective():
+    """In run 2 rank 1 raises its own error after the all_reduce; rank 0, not waiting for it, goes on launching for
+    longer than the watchdog's grace (6 more launches, 1.2 s apart) before its run ends."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    contextual_virtual_clock()
+    runs = [0]
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x):
+        runs[0] += 1
+        out = torch.empty_like(x)
+        def grid(meta):
+            return (triton.cdiv(x.numel(), meta["BLOCK"]),)
+
+        copy_kernel[grid](x, out, x.numel())
+        dist.all_reduce(out)
+        if runs[0] == 2 and me == 1:
+            raise RuntimeError("rank 1's own error after the collective")
+        for _ in range(6 if runs[0] == 2 else 0):
+            time.sleep(1.2)
+            copy_kernel[grid](x, torch.empty_like(x), x.numel())
+        return out
+
+    try:
+        layer(torch.arange(64, dtype=torch.float32))
+    except Exception as exc:
+        emit(rank=me, error=type(exc).__name__, text=str(exc))
 
 
 @case

@@ -90,6 +90,8 @@ class RunRecord:
     launches: dict[TrackId, list[Record]] = field(default_factory=dict)
     #: (track, config index) of every timed launch started in the run: journaled ``hung`` if the watchdog fires
     inflight: list[tuple[TrackId, int]] = field(default_factory=list)
+    #: timed launches finished in the run (the watchdog's sign that the run still moves)
+    finished: int = 0
     #: (autotuner id, key)s whose reset before use is made (final run)
     reset: set[tuple[int, tuple]] = field(default_factory=set)
 
@@ -205,7 +207,11 @@ class CallState:
         self._armed = True
         # this call's own deadline; its monitor reads the peers' beats on the call's board (:meth:`_hung`)
         self._guard = self._guard or WATCHDOG.guard(self.board, rank=self.group.rank)
-        self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
+        # a peer's report that its run raised ends this rank after the grace, once its own run has stopped moving
+        # (no timed launch finished since): it waits in a collective of the function for that peer (:meth:`_left`)
+        record = self.record
+        self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung, index=-1, on_peer=self._left,
+                        step=f"run {self.runs - 1}", progress=lambda: record.finished)
 
     def disarm(self) -> None:
         """End this run's watchdog deadline (the run is over), if it has one."""
@@ -238,7 +244,7 @@ class CallState:
             return
         try:
             self.board.post(FailureReport(self.group.rank, -1, "", error, ended=interrupted,
-                                          step=f"run {self.runs}"))
+                                          step=f"run {self.runs - 1}"))
         except Exception as exc:  # the store is going away: the peers' journals then say hung, as before
             self.log.debug("%s could not post this rank's failure in run %d: %s", self.label, self.runs, exc)
 
@@ -250,7 +256,7 @@ class CallState:
         or it was stopped and continued in the run: :meth:`~triton_dist_tune.group.store_board.StoreBoard.stopped`):
         then they are journaled ``interrupted`` naming it, and posted so, as ``autotune``'s are. (This process's
         own stops moved its deadline: :meth:`~triton_dist_tune.faults.watchdog.Guard.credit_pauses`.)"""
-        board, step, peers = self.board, f"run {self.runs}", []
+        board, step, peers = self.board, f"run {self.runs - 1}", []
         reports: list[FailureReport] = []
         if board is not None:
             try:
@@ -278,6 +284,14 @@ class CallState:
         except Exception:
             pass
         return f"it {waited}; journaled as interrupted: no config is blamed on this rank"
+
+    def _left(self, report: FailureReport) -> str:
+        """The watchdog ends this rank, left waiting in the run by ``report``'s rank: the configs it launched in the
+        run are journaled ``interrupted`` (the peer's error blames none); what was journaled, for its message."""
+        self._journal_inflight("interrupted", error=f"interrupted: waited in the function for rank {report.rank}, "
+                                                    f"whose run {'was' if report.interrupted else 'raised'} "
+                                                    f"{report.error}")
+        return "The configs this rank launched in the run are journaled interrupted (no config is blamed)"
 
     def _journal_inflight(self, state: str, **fields: Any) -> None:
         for tid, index in sorted(set(self.record.inflight)):
