@@ -606,3 +606,16 @@ def test_a_rank_interrupted_in_its_callable_and_called_again_stays_in_step_with_
     assert said[(1, "alone", 1)]["error"] == "KeyboardInterrupt" and said[(0, "alone", 1)]["error"] is None, said
     after = [said[(r, "after", 1)] for r in (0, 1)]
     assert all(a["error"] is None for a in after) and after[0]["value"] == after[1]["value"], after
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_called_with_autotune_false_is_among_the_causes_its_peer_is_told(tmp_path):
+    """Rank 1 calls with ``autotune=False`` (it says nothing to the group) where rank 0 tunes: rank 0's
+    GroupTimeoutError names that call among the causes. Before, it named a crash, a hang, another autotune_pg or
+    key: not the likeliest cause of a rank that is alive and went on."""
+    results = run_ranks(CASES, 2, ["autotune_false_on_one_rank"], env=tuner_env(tmp_path, 3), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["error"] == "GroupTimeoutError" and "which never arrived" in first["message"], first
+    assert "or with autotune=False" in first["message"], first
+    assert second == {"ok": 8}, second  # config_space[0], m = 1

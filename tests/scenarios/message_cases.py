@@ -50,6 +50,21 @@ def subgroup_rank_fails():
 
 
 @case
+def autotune_false_on_one_rank():
+    """Rank 1 calls the tuned function with ``autotune=False`` (no tuning, no communication) where rank 0 tunes:
+    rank 0's wait runs out naming rank 1; rank 1 waits for it at a barrier."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+
+    @tdt.autotune([{"m": m} for m in (1, 2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1)
+    def f(n, *, m):
+        return n * m
+
+    emit(**outcome(f, 8, autotune=rank == 0))
+    dist.barrier()
+
+
+@case
 def space_mismatch():
     """200-config spaces that differ at one entry: the MismatchError names that entry and both values."""
     tdt.init_distributed(backend="gloo")

@@ -41,7 +41,8 @@ def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int]) -
     """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` (global ranks
     ``globals_``) not there."""
     return (f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: they crashed, "
-            "hung, or called the tuned function with another autotune_pg or key.")
+            "hung, or called the tuned function with another autotune_pg or key, or with autotune=False (which tunes "
+            "nothing and says nothing to the group).")
 
 
 def left_message(rank: int, global_rank: int, title: str, last: str, interruption: BaseException,
