@@ -97,11 +97,12 @@ def test_a_rank_left_waiting_in_the_functions_collective_blames_no_config(tmp_pa
 
 
 @pytest.mark.timeout(150)
-def test_a_rank_still_launching_after_its_peers_report_is_not_ended(tmp_path):
-    """Rank 1 raises after the all_reduce in run 2; rank 0 is not waiting for it and goes on launching, 1.2 s apart,
-    for longer than the grace (5 s of T = 20 s). Each finished launch is the run moving on, so the watchdog leaves
-    rank 0 be: its run ends and both ranks raise the same AutotuneError, catchable, instead of rank 0 being ended
-    with exit status 87 five seconds after rank 1's report."""
+def test_a_rank_busy_after_the_collective_when_its_peer_raised_is_not_ended(tmp_path):
+    """Rank 1 raises after the all_reduce in run 2; rank 0 is not waiting for it and goes on with other work (7 s)
+    for longer than the grace (5 s of T = 20 s). Its thread is inside no collective, so the watchdog leaves it be:
+    its run ends and both ranks raise the same AutotuneError, catchable, instead of rank 0 being ended with exit
+    status 87 five seconds after rank 1's report (as it was with the grace counted from the report, or from the
+    run's last launch: the review's D2)."""
     env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"))
     (tmp_path / "faults").mkdir()
     ranks = run_ranks(CASES, 2, ["raised_after_the_collective"], env={**env, "ATTEMPT": "0"}, timeout=100)
@@ -109,6 +110,24 @@ def test_a_rank_still_launching_after_its_peers_report_is_not_ended(tmp_path):
     for r in ranks:
         (res,) = r.results
         assert res["error"] == "AutotuneError" and "rank 1's own error after the collective" in res["text"], res
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_left_waiting_in_the_final_run_is_ended_and_its_peer_names_the_error(tmp_path):
+    """Rank 1 raises before the all_reduce in the call's final run (every key decided). The final
+    run is under the watchdog too: rank 0, inside the all_reduce, reads rank 1's report and is ended after the grace
+    (exit 87, nothing journaled: no timed launch in flight), and rank 1, waiting at the exchange after the run, raises
+    at once, naming its own error. Before, the final run was not watched: rank 0 waited in the all_reduce until rank 1's
+    process ended, and rank 1 raised GroupTimeoutError after T + T/10 saying rank 0 'never arrived' (the review's
+    D1)."""
+    env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 2, ["raised_in_the_final_run"], env={**env, "ATTEMPT": "0"}, timeout=100)
+    assert ranks[0].returncode == 87, describe(ranks)
+    assert "Nothing was journaled (no timed launch was in flight in the run)" in ranks[0].stderr, describe(ranks)
+    (res,) = ranks[1].results
+    # (rank 0 hosts the job's store here: rank 1 reads that its process ended, or, with torchrun's agent, the board)
+    assert "never arrived" not in res["text"] and "rank 1's own error in the final run" in res["text"], res
 
 
 @pytest.mark.timeout(150)

@@ -12,8 +12,10 @@ rank made them) and sleeps [5, 80, 400] ms, the same on every rank: config 0 win
   task: a ``BaseException`` that is no ``Exception``); it is journaled ``interrupted``, as Ctrl-C is.
 - ``left_waiting``: in run 2 rank 1's function is cancelled (``ERROR=cancel``) or raises (``ERROR=raise``) after its
   launch of config 1 and before the all_reduce, and rank 1 stays alive; rank 0 waits in the all_reduce.
-- ``raised_after_the_collective``: in run 2 rank 1 raises after the all_reduce, and rank 0 goes on launching for
-  longer than the watchdog's grace after a peer's report.
+- ``raised_after_the_collective``: in run 2 rank 1 raises after the all_reduce, and rank 0 goes on with other
+  work (a sleep) for longer than the watchdog's grace after a peer's report.
+- ``raised_in_the_final_run``: rank 1 raises before the all_reduce in the tuning call's final run (every key
+  decided); rank 0 waits in the all_reduce.
 - ``stopped``: in run 2 rank 1 writes its pid after its launch of config 1; the test stops it there (SIGSTOP) and
   continues it; it goes on 1.5 s later; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
@@ -164,8 +166,8 @@ def left_waiting():
 
 @case
 def raised_after_the_collective():
-    """In run 2 rank 1 raises its own error after the all_reduce; rank 0, not waiting for it, goes on launching for
-    longer than the watchdog's grace (6 more launches, 1.2 s apart) before its run ends."""
+    """In run 2 rank 1 raises its own error after the all_reduce; rank 0, not waiting for it, goes on with other
+    work for longer than the watchdog's grace (7 s: a sleep, then one more launch) before its run ends."""
     tdt.init_distributed()
     me = dist.get_rank()
     contextual_virtual_clock()
@@ -182,13 +184,33 @@ def raised_after_the_collective():
         dist.all_reduce(out)
         if runs[0] == 2 and me == 1:
             raise RuntimeError("rank 1's own error after the collective")
-        for _ in range(6 if runs[0] == 2 else 0):
-            time.sleep(1.2)
+        if runs[0] == 2:
+            time.sleep(7)
             copy_kernel[grid](x, torch.empty_like(x), x.numel())
         return out
 
     try:
         layer(torch.arange(64, dtype=torch.float32))
+    except Exception as exc:
+        emit(rank=me, error=type(exc).__name__, text=str(exc))
+
+
+@case
+def raised_in_the_final_run():
+    """In the final run of the tuning call (every key decided), rank 1 raises its own error before the all_reduce;
+    rank 0 waits in the all_reduce."""
+    from triton_dist_tune.contextual import intercept
+
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    def after(run):
+        session = intercept._ACTIVE.get()
+        if me == 1 and session is not None and session.final_run:
+            raise RuntimeError("rank 1's own error in the final run")
+
+    try:  # (rank 1 raises only once rank 0 has ended, or after T + T/10: alive till then)
+        layer_on(None, after=after)(torch.arange(64, dtype=torch.float32))
     except Exception as exc:
         emit(rank=me, error=type(exc).__name__, text=str(exc))
 

@@ -163,7 +163,8 @@ def joined_late_and_done():
 @case
 def run_0_left_waiting():
     """Rank 1's function raises in run 0, before the all_reduce and before any tuned launch, and rank 1 stays alive:
-    rank 0, waiting in the all_reduce, must be ended by its watchdog (exit status 86) after T."""
+    rank 0, waiting in the all_reduce, must be ended by its watchdog (exit status 87 once it reads rank 1's report
+    on the call's failure board, after the grace; 86 at T without one)."""
     tdt.init_distributed()
     runs = []
 

@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
+from ..errors import AutotuneError, BadInputError, GroupTimeoutError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import difference, from_root
 from . import intercept
@@ -32,8 +32,13 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
     """Share this run's data, update every track alike; returns what the exchange told. Raises on every rank when
     the function raised on some rank (other than because of a failing config)."""
     group = session.group
-    gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
-                               timeout=exchange_timeout(session.timeout))
+    try:
+        gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
+                                   timeout=exchange_timeout(session.timeout))
+    except GroupTimeoutError as exc:  # the peers never came: say what this rank's run raised, the likelier cause
+        if error is None:
+            raise
+        raise type(exc)(f"{exc}; on this rank, run {session.runs - 1} had raised {describe_error(error)}") from error
     check_same_steps(session.label, [message.get("steps") for message in gathered])
     check_same_kernels(session, gathered)
     try:

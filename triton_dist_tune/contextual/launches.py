@@ -258,7 +258,6 @@ def timed_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, i
         local.note(index, "local_failure", error=record[2])
     with session.lock:
         session.record.launches.setdefault(tid, []).append(record)
-        session.record.finished += 1
         local.used.add(index)
     return out
 

@@ -181,7 +181,7 @@ class Session(CallState):
     def _run_once(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
         self.runs += 1
         self.record = RunRecord()
-        if self.tuning and not self.final_run:
+        if self.tuning:  # the final run too: a rank may wait in the function's collective for a peer whose run raised
             self.arm()
         try:
             with intercept.intercepting(self):

@@ -24,6 +24,7 @@ from typing import Any
 from .. import settings
 from ..disk import logs
 from ..disk.cache import DiskCache
+from ..faults.inside import in_collective
 from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, FailureReport, Group, default_timeout
@@ -90,8 +91,6 @@ class RunRecord:
     launches: dict[TrackId, list[Record]] = field(default_factory=dict)
     #: (track, config index) of every timed launch started in the run: journaled ``hung`` if the watchdog fires
     inflight: list[tuple[TrackId, int]] = field(default_factory=list)
-    #: timed launches finished in the run (the watchdog's sign that the run still moves)
-    finished: int = 0
     #: (autotuner id, key)s whose reset before use is made (final run)
     reset: set[tuple[int, tuple]] = field(default_factory=set)
 
@@ -207,11 +206,11 @@ class CallState:
         self._armed = True
         # this call's own deadline; its monitor reads the peers' beats on the call's board (:meth:`_hung`)
         self._guard = self._guard or WATCHDOG.guard(self.board, rank=self.group.rank)
-        # a peer's report that its run raised ends this rank after the grace, once its own run has stopped moving
-        # (no timed launch finished since): it waits in a collective of the function for that peer (:meth:`_left`)
-        record = self.record
+        # a peer's report that its run raised ends this rank after the grace while it waits inside a collective of
+        # torch.distributed (for that peer, who never comes: :meth:`_left`); a rank doing anything else goes on
+        thread = threading.get_ident()
         self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung, index=-1, on_peer=self._left,
-                        step=f"run {self.runs - 1}", progress=lambda: record.finished)
+                        step=f"run {self.runs - 1}", waiting=lambda: in_collective(thread))
 
     def disarm(self) -> None:
         """End this run's watchdog deadline (the run is over), if it has one."""
@@ -273,6 +272,8 @@ class CallState:
             self.post_run_failure(why, interrupted=True)  # (the peers blame nothing either)
             return told
         if board is None or not peers:
+            if not self.record.inflight:  # (the final run's launches, with every key decided, are not timed)
+                return "no timed launch was in flight in the run: nothing is journaled"
             self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
             return None
         first = peers[0]
@@ -288,6 +289,8 @@ class CallState:
     def _left(self, report: FailureReport) -> str:
         """The watchdog ends this rank, left waiting in the run by ``report``'s rank: the configs it launched in the
         run are journaled ``interrupted`` (the peer's error blames none); what was journaled, for its message."""
+        if not self.record.inflight:
+            return "Nothing was journaled (no timed launch was in flight in the run)"
         self._journal_inflight("interrupted", error=f"interrupted: waited in the function for rank {report.rank}, "
                                                     f"whose run {'was' if report.interrupted else 'raised'} "
                                                     f"{report.error}")

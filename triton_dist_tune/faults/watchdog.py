@@ -97,10 +97,10 @@ class Guard:
         self.on_fire: Callable[[], str | None] | None = None
         self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
-        #: a count that grows while the phase makes progress (None: not counted), and (its last value, when it
-        #: last grew): a rank that still makes progress after a peer's report is not stuck, and waits on
-        self.progress: Callable[[], int] | None = None
-        self.moved: tuple[int, float] = (0, 0.0)
+        #: whether the phase waits for its peers now (None: taken as always): the grace after a peer's report counts
+        #: only while it does (``waiting_since``: since when, None while it does not)
+        self.waiting: Callable[[], bool] | None = None
+        self.waiting_since: float | None = None
         #: when the phase (or its current run, :meth:`restart`) began (``time.monotonic``)
         self.began = 0.0
         #: seconds this process stood still in the phase, already added to its deadline (:meth:`credit_pauses`)
@@ -112,19 +112,19 @@ class Guard:
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], str | None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0,
-            progress: Callable[[], int] | None = None) -> None:
+            waiting: Callable[[], bool] | None = None) -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
         ``index`` and a board, end it (after ``on_peer``, which journals the report's evidence and returns a
         sentence saying what it journaled, for the message) when another rank posts a failure in this phase's
         ``step`` (any config of it: in a steady round a rank may be inside the next config's collective, waiting
         for a rank that failed in the previous one), or, for reports that name no step, in config ``index``. A
         report of another config of the step ends it only after ``patience`` seconds (at least the grace): the
-        time this phase may take when it is not stuck (a rank-local function is never stuck). With ``progress`` (a
-        count that grows as the phase goes on: a contextual run's launches), the grace counts from its last growth:
-        a rank whose phase still moves after a peer's report is not waiting for that peer."""
+        time this phase may take when it is not stuck (a rank-local function is never stuck). With ``waiting``
+        (whether the phase's thread waits for its peers now: a contextual run inside a collective), the grace counts
+        only while it does: a rank that goes on with other work after a peer's report is not stuck on that peer."""
         with self._dog.cond:
             self.began = time.monotonic()
-            self.progress, self.moved = progress, (progress() if progress is not None else 0, self.began)
+            self.waiting, self.waiting_since = waiting, None
             self.deadline = self.began + timeout
             self.what, self.timeout, self.index, self.step = what, timeout, index, step
             self.patience = patience
@@ -313,12 +313,12 @@ class Watchdog:
         except Exception:  # the store is going away: the deadline still holds
             return
         now = time.monotonic()
-        if guard.progress is not None and reports:
-            count = guard.progress()
-            if count != guard.moved[0]:
-                guard.moved = (count, now)
+        if guard.waiting is not None and reports:
+            guard.waiting_since = (guard.waiting_since or now) if guard.waiting() else None
+            if guard.waiting_since is None:
+                return
         for report in reports:
-            first = max(guard.seen.setdefault(report.rank, now), guard.moved[1])
+            first = max(guard.seen.setdefault(report.rank, now), guard.waiting_since or 0.0)
             wait = failure_grace(guard.timeout)
             if report.index != index:  # another config of this step: this rank may be inside its own, unstuck
                 wait = max(wait, guard.patience)
