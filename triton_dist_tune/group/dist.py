@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
-from . import epoch, exits, rendezvous, store_silence
+from . import claims, epoch, exits, rendezvous, store_silence
 
 #: the store this process hosts (global rank 0 without torchrun's agent), by its address: a later call after
 #: ``destroy_process_group`` starts again on it, since its port stays bound (:mod:`.exits` keeps it for the wait at
@@ -46,10 +46,11 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     nothing but return the group when already initialized.
 
     Where global rank 0 hosts the store (no torchrun agent), it writes the job's token there and every other rank
-    checks it before it writes anything, so that a rank never joins another job that uses the same port; with
-    ``MASTER_PORT`` unset the port is agreed through MPI under ``python -m mpi4py``, else it is 29500 where the
-    launcher names the job, else a :class:`~triton_dist_tune.BadInputError` asks for one
-    (:mod:`~triton_dist_tune.group.rendezvous`).
+    checks it before it writes anything, so that a rank never joins another job that uses the same port; each other
+    rank then claims its number in this start, so that two processes started with one rank end the start at once,
+    saying so (:mod:`~triton_dist_tune.group.claims`); with ``MASTER_PORT`` unset the port is agreed through MPI
+    under ``python -m mpi4py``, else it is 29500 where the launcher names the job, else a
+    :class:`~triton_dist_tune.BadInputError` asks for one (:mod:`~triton_dist_tune.group.rendezvous`).
 
     ``timeout_s`` is the store's and the process group's timeout. The wait for the ranks to join (a rank's connect
     to the store, the naming, rank 0's word that every rank took part) is bounded by ``..._INIT_TIMEOUT`` where it
@@ -129,7 +130,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
                 rendezvous.check(store, meeting, rank, where, join_s)
                 checked = True
             store.set_timeout(timedelta(seconds=join_s))
-            attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
+            base = "triton_dist_tune/attempt/"  # (torchrun's agent numbers its ranks itself: nothing to claim)
+            gate = None if job.agent_store else claims.Claims(store, base, rank, world, where, join_s)
+            attempt = epoch.agree(store, base, rank, world, join_s, where=where, gate=gate)
             store.set_timeout(timedelta(seconds=timeout_s))
             # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
             settings.name_job(store.compare_set("triton_dist_tune/job", "", attempt).decode(errors="replace")[:40])

@@ -32,8 +32,9 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from .. import settings
 from ..errors import AutotuneError, GroupTimeoutError, describe_error
@@ -46,6 +47,37 @@ LONGER = f"(set {settings.PREFIX}INIT_TIMEOUT to wait longer)"
 READ_S = 5.0
 #: the likely causes of a rank that never joined
 NEVER = "they never did (not started, ended, or given another MASTER_ADDR or MASTER_PORT)"
+
+
+@dataclass(frozen=True)
+class Halt:
+    """Rank 0's reason to end the naming before every rank took part (a rank claimed by two processes:
+    :mod:`~triton_dist_tune.group.claims`): ``why``, in words, and ``readers``, the ranks that will read its word."""
+
+    why: str
+    readers: int
+
+
+class Gate(Protocol):
+    """What :func:`agree` asks of a start's checks of its ranks (:class:`~triton_dist_tune.group.claims.Claims`)."""
+
+    def opened(self, name: str) -> None:
+        """Rank 0, before it answers any hello: ``name`` is this start's."""
+
+    def arrive(self) -> None:
+        """A rank other than 0, before its hello (may raise to end this process's start)."""
+
+    def claim(self, name: str) -> None:
+        """A rank other than 0, given the name, before it confirms it (may raise)."""
+
+    def halt(self) -> Halt | None:
+        """Rank 0, at each look of its wait: a reason to end the start, or None."""
+
+
+class _Halted(Exception):
+    def __init__(self, halt: Halt) -> None:
+        super().__init__(halt.why)
+        self.halt = halt
 
 
 class Naming:
@@ -70,6 +102,8 @@ class Naming:
         self._unwritten: list[int] = []
         #: rank 0: its look-up of the ranks that have not confirmed (made at the first look)
         self._confirmed: Arrivals | None = None
+        #: a rank other than 0: called with the name before it confirms it (:meth:`Gate.claim`; may raise)
+        self.before_confirm: Callable[[str], None] | None = None
 
     def ask(self) -> str:
         """A rank other than 0: write its draw into the hello log; returns the key of the reply to wait for."""
@@ -83,6 +117,8 @@ class Naming:
         if not _is_draw(name):
             raise AutotuneError(f"the attempt's name read from the key-value store is not one the tuner writes "
                                 f"({name[:40]!r}): a process other than the tuner wrote under its keys")
+        if self.before_confirm is not None:
+            self.before_confirm(name)
         self.store.set(f"{self.base}done/{name}/{self.rank}", "1")
         try:  # (after its key: the key is the truth, the log a hint)
             self.store.append(self._log_key(name), f"{self.rank},")
@@ -146,7 +182,8 @@ def name_among(naming: Naming, wait: Callable[[list[str], Lookup, Callable[[], N
     return naming.take()
 
 
-def agree(store: Any, base: str, rank: int, size: int, timeout_s: float, where: str = "the key-value store") -> str:
+def agree(store: Any, base: str, rank: int, size: int, timeout_s: float, where: str = "the key-value store",
+          gate: Gate | None = None) -> str:
     """This attempt's name among ``size`` processes (global ranks) through ``store``, under keys starting with
     ``base``: rank 0's draw, returned on every rank (:class:`Naming`), once every rank took part; raises
     :class:`~triton_dist_tune.errors.GroupTimeoutError` naming ``where`` (the store, as a message names it) and the
@@ -155,7 +192,12 @@ def agree(store: Any, base: str, rank: int, size: int, timeout_s: float, where: 
     A rank other than 0 has its reply as soon as rank 0 reads its hello, before every rank has: rank 0 then tells
     every rank under ``joined/<name>`` whether all took part (:func:`_say_joined`), and each waits for that word
     (:func:`_joined`). Before, a rank that joined while another never did went on into torch's
-    ``init_process_group``, which waited its own timeout for the missing rank and raised torch's error."""
+    ``init_process_group``, which waited its own timeout for the missing rank and raised torch's error.
+
+    ``gate`` (:class:`Gate`): a start's checks of its ranks. Where its ``halt`` gives rank 0 a reason to end the
+    start before every rank took part, rank 0 tells it to every rank that took part, answering their hellos until
+    ``readers`` of them read it (at most :data:`READ_S`), and each raises an
+    :class:`~triton_dist_tune.errors.AutotuneError` saying it."""
     global _agreed
     deadline = time.monotonic() + timeout_s
     missing: list[int] = []
@@ -166,24 +208,66 @@ def agree(store: Any, base: str, rank: int, size: int, timeout_s: float, where: 
                              alone=True)
         except Exception as exc:  # the store's timeout (DistStoreError), or the polling's own
             missing[:] = lookup.confirm(lookup.missing())
+            if isinstance(exc, _Halted):
+                raise
             how = "" if isinstance(exc, StoreWaitTimeout) else f" ({describe_error(exc)})"
             raise GroupTimeoutError(f"init_distributed: rank {rank} waited {timeout_s:g} s for ranks {missing} of "
                                     f"the job's {size} to join at {where}; {NEVER}{how} {LONGER}") from exc
 
     naming = Naming(store, base, rank, size)
     if size > 1 and rank == 0:
+        key = f"{base}joined/{naming.draw}"
+        if gate is not None:
+            gate.opened(naming.draw)
         try:
-            name_among(naming, wait)
+            name_among(naming, _halting(naming, wait, gate))
+            _check(gate)  # (a report made after the last look: before the word that every rank took part)
+        except _Halted as exc:
+            _say_halted(store, key, exc.halt, missing, naming.answer)
+            raise AutotuneError(f"init_distributed: rank 0: at {where}, {exc.halt.why}") from None
         except GroupTimeoutError:
-            _say_joined(store, f"{base}joined/{naming.draw}", timeout_s, missing, size)
+            _say_joined(store, key, timeout_s, missing, size)
             raise
-        _say_joined(store, f"{base}joined/{naming.draw}", timeout_s, [], size)
+        _say_joined(store, key, timeout_s, [], size)
         _agreed = naming.draw
     else:
+        if gate is not None and size > 1:
+            gate.arrive()
+            naming.before_confirm = gate.claim
         _agreed = name_among(naming, wait)
         if size > 1:  # rank 0's own wait began before it answered this rank: its word comes within timeout_s
             _joined(store, f"{base}joined/{_agreed}", rank, size, timeout_s + 5, where)
     return _agreed
+
+
+def _halting(naming: Naming, wait: Callable[[list[str], Lookup, Callable[[], None] | None], None],
+             gate: Gate | None) -> Callable[[list[str], Lookup, Callable[[], None] | None], None]:
+    """Rank 0's ``wait``, asking ``gate`` for a reason to end the start after each answer to the hellos."""
+    if gate is None:
+        return wait
+
+    def poll() -> None:
+        naming.answer()
+        _check(gate)
+
+    return lambda keys, lookup, _poll: wait(keys, lookup, poll)
+
+
+def _check(gate: Gate | None) -> None:
+    reason = gate.halt() if gate is not None else None
+    if reason is not None:
+        raise _Halted(reason)
+
+
+def _say_halted(store: Any, key: str, halt: Halt, missing: list[int], answer: Callable[[], None]) -> None:
+    """Rank 0, the start halted: tell every rank that takes part why (under ``key``, as :func:`_say_joined`), and
+    answer the hellos until ``halt.readers`` ranks have read it (at most :data:`READ_S`): a rank still waiting for
+    its reply reads it too, rather than losing the store when rank 0 ends."""
+    try:
+        store.set(key, json.dumps({"waited_s": 0, "missing": missing, "halted": halt.why}))
+        _wait_read(store, key, halt.readers, answer)
+    except Exception:  # best effort: rank 0 raises its own error next
+        pass
 
 
 def _say_joined(store: Any, key: str, waited_s: float, missing: list[int], size: int) -> None:
@@ -199,13 +283,15 @@ def _say_joined(store: Any, key: str, waited_s: float, missing: list[int], size:
             raise
 
 
-def _wait_read(store: Any, key: str, readers: int) -> None:
+def _wait_read(store: Any, key: str, readers: int, poll: Callable[[], None] | None = None) -> None:
     """Rank 0, some rank missing: wait (at most :data:`READ_S`) until ``readers`` ranks have counted their read of
     the word under ``key`` (:func:`_joined`), so that rank 0's end, and its store's, cuts none of them off in the
     read (before, under load, a rank read the word after the store had ended: torch's C++ warnings, 16 lines, and
     "rank 0 did not say", not why: ``test_cli_campaign_errors.py``, 3 ranks, one never started)."""
     deadline = time.monotonic() + READ_S
     while store.add(f"{key}/read", 0) < readers and time.monotonic() < deadline:
+        if poll is not None:
+            poll()
         time.sleep(0.05)
 
 
@@ -220,11 +306,15 @@ def _joined(store: Any, key: str, rank: int, size: int, seconds: float, where: s
         raise GroupTimeoutError(f"init_distributed: rank {rank} took part, but rank 0 did not say within {seconds:g} "
                                 f"s whether every rank of the job's {size} did, at {where} (rank 0 ended, or the "
                                 f"store was lost: {describe_error(exc)}) {LONGER}") from None
-    if missing:
+    if missing or word.get("halted"):
         try:  # rank 0 waits for this count before it ends (:func:`_wait_read`)
             store.add(f"{key}/read", 1)
         except Exception:
             pass
+    if word.get("halted"):
+        raise AutotuneError(f"init_distributed: rank {rank} took part, but rank 0 ended the job's start at "
+                            f"{where}: {str(word['halted'])[:2000]}")
+    if missing:
         raise GroupTimeoutError(f"init_distributed: rank {rank} took part, but rank 0 waited {waited:g} s for ranks "
                                 f"{missing} of the job's {size} to join at {where}; {NEVER} {LONGER}")
 

@@ -214,4 +214,5 @@ def port_in_use(exc: BaseException) -> bool:
 def in_use_message(meeting: Meeting, where: str) -> str:
     """Rank 0's one line for a port in use (:func:`port_in_use`)."""
     return (f"init_distributed: rank 0 could not start {where}: port {meeting.port} is in use ({meeting.said}; "
-            f"another job's store, or another program, listens there); {ADVICE}")
+            f"another job's store, or another program, listens there; or a process of this job also started as "
+            f"global rank 0 hosts it: start each rank once); {ADVICE}")
