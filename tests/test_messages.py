@@ -619,3 +619,45 @@ def test_a_rank_that_called_with_autotune_false_is_among_the_causes_its_peer_is_
     assert first["error"] == "GroupTimeoutError" and "which never arrived" in first["message"], first
     assert "or with autotune=False" in first["message"], first
     assert second == {"ok": 8}, second  # config_space[0], m = 1
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_interrupted_after_its_tunings_last_exchange_leaves_the_next_tuning_alone(tmp_path):
+    """A rank is interrupted after the last exchange of its tuning, inside the group's turn (its rank log's handler
+    raises KeyboardInterrupt at the decision's line: rank 1, ``autotune``; at the line ending the tuning call: rank
+    0, ``contextual_autotune``), and its caller catches it; no peer waits in that tuning any more. Then both ranks
+    tune an ``autotune`` key on the group: both calls tune it together, at once. Before: the rank wrote its "left
+    the tuning" record as its part of the next exchange, the first of the peer's next tuning, whose call raised
+    RankFailedError naming the rank (spurious: the rank's own call joined that tuning); only a call again tuned it."""
+    results = run_ranks(CASES, 2, ["interrupted_after_the_last_exchange"], env=tuner_env(tmp_path, 30), timeout=130)
+    said = {(r["rank"], r["n"], r["call"]): r for result in results for r in result.results}
+    assert all(result.returncode == 0 for result in results), describe(results)
+    for rank, n in ((1, 8), (0, 64)):
+        assert said[(rank, n, 1)]["error"] == "KeyboardInterrupt" and said[(1 - rank, n, 1)]["error"] is None, said
+    assert not [k for k in said if k[2] == 2], said  # no call again was needed
+    for n in (16, 32):
+        calls = [said[(r, n, 1)] for r in (0, 1)]
+        assert all(c["error"] is None for c in calls) and calls[0]["value"] == calls[1]["value"], calls
+        assert all(c["seconds"] < 15 for c in calls), calls  # not a wait for a timeout (30 s)
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_interrupted_waiting_for_its_turns_last_result_tells_only_a_peer_still_in_that_turn(tmp_path):
+    """Rank 1 writes its message of an exchange B and is interrupted (SIGINT) while it waits for B's result, which
+    rank 0 makes only later: rank 1 cannot know whether rank 0 has an exchange left in the turn. Where B was the
+    turn's last (``past``), rank 0's next turn's exchange C, where rank 1's "left" record lies, tunes on as if
+    nothing had been written (before: it raised RankFailedError naming rank 1, whose own C then waited for a call
+    again); where rank 0's turn goes on (``inside``), its exchange B2 raises RankFailedError naming rank 1 at once.
+    Either way both ranks' C then pair up."""
+    results = run_ranks(CASES, 2, ["interrupted_in_the_last_exchanges_wait"], env=tuner_env(tmp_path, 30),
+                        timeout=100)
+    said = {(r["rank"], r["variant"], r["what"]): r for result in results for r in result.results}
+    assert all(result.returncode == 0 for result in results), describe(results)
+    for variant in ("past", "inside"):
+        assert said[(1, variant, "B")]["error"] == "KeyboardInterrupt" and said[(0, variant, "B")]["error"] is None
+        both = [said[(r, variant, "C")] for r in (0, 1)]
+        assert all(c["error"] is None and c["value"] == [0, 1] for c in both), both
+        assert all(c["seconds"] < 15 for c in both), both  # not a wait for a timeout (30 s)
+    told = said[(0, "inside", "B2")]
+    assert told["error"] == "RankFailedError" and "group rank(s) [1] left the tuning" in told["message"], told
+    assert told["seconds"] < 15, told

@@ -6,13 +6,14 @@ Usage: python message_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_POR
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 import torch
 import torch.distributed as dist
 import triton
-from _cases import case, emit, main, outcome
+from _cases import case, emit, main, outcome, waited_for
 from _kernels import increment
 
 import triton_dist_tune as tdt
@@ -224,6 +225,103 @@ def interrupted_then_called_again():
             except BaseException as exc:  # the user's catch: the process goes on, and calls again
                 said = {"error": type(exc).__name__, "message": str(exc)}
             emit(rank=me, fn=fn.__name__.split(".")[-1], call=call, seconds=time.monotonic() - t0, **said)
+
+
+@case
+def interrupted_after_the_last_exchange():
+    """A rank is interrupted (KeyboardInterrupt) after the last exchange of its tuning, inside the group's turn, so
+    that no peer waits in that tuning any more: a handler of its rank log raises at a line each rank logs once that
+    exchange is over. Rank 1 at the decision's line of an ``autotune`` tuning (key 8; after the exchange that waits
+    for the cache write), then rank 0 (which gathers the exchanges) at the line ending a ``contextual_autotune``
+    function's tuning call. Each time the caller catches it, then both ranks tune an ``autotune`` key on the group
+    (16, then 32), calling once more if a call raises. Each rank emits what each call gave."""
+    from triton_dist_tune.disk import logs
+
+    tdt.init_distributed(backend="gloo")
+    me, armed = dist.get_rank(), {}
+
+    class Interrupting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = armed.get(me)
+            if text is not None and text in record.getMessage():
+                del armed[me]
+                raise KeyboardInterrupt
+
+    logs.rank_log().addHandler(Interrupting())
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="last")
+    def last(x, *, c):
+        return x * c
+
+    @tdt.contextual_autotune(is_dist=True, n_repeat=2, n_warmup=1)
+    def runs(x):
+        add_one[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+        return x
+
+    steps = (({1: "decision: config"}, "last", 8), ({}, "last", 16),
+             ({0: "done after"}, "runs", 64), ({}, "last", 32))
+    for arm, name, n in steps:
+        armed.update(arm)
+        for call in (1, 2):
+            t0 = time.monotonic()
+            try:
+                said = {"error": None, "value": float((last if name == "last" else runs)(torch.ones(n)).sum())}
+            except BaseException as exc:  # the user's catch: the process goes on
+                said = {"error": type(exc).__name__, "message": str(exc)}
+            emit(rank=me, fn=name, n=n, call=call, seconds=time.monotonic() - t0, **said)
+            if arm or said["error"] is None:
+                break
+
+
+@case
+def interrupted_in_the_last_exchanges_wait():
+    """On the default group's channel: rank 1 writes its message of a turn's exchange B and is interrupted
+    (SIGINT, KeyboardInterrupt) while it waits for B's result, caught by its caller; rank 0 comes to B only once
+    rank 1 has caught it. Where B is the turn's last exchange (``past``: no peer waits in the turn once B is over),
+    the exchange rank 1's "left" record is written at is the first of rank 0's next turn; else (``inside``) rank
+    0's turn goes on to an exchange B2, the one rank 1 left. Then both ranks make an exchange C in a turn of their
+    own. Each rank emits what each exchange gave."""
+    import signal
+    import threading
+
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    me, group = dist.get_rank(), resolve_group(None)
+    folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
+    os.makedirs(folder, exist_ok=True)
+    for variant in ("past", "inside"):
+        caught = os.path.join(folder, f"caught.{variant}")
+
+        def exchange(what: str) -> None:
+            t0 = time.monotonic()
+            try:
+                said = {"error": None, "value": group.allgather(me, f"{variant} {what}")}
+            except Exception as exc:
+                said = {"error": type(exc).__name__, "message": str(exc)}
+            emit(rank=me, variant=variant, what=what, seconds=time.monotonic() - t0, **said)
+
+        def interrupt_once_written(seq: int) -> None:  # once rank 1's message of B is in the store
+            while group._sent < seq:
+                time.sleep(0.01)
+            time.sleep(0.2)  # (inside the wait for B's result: rank 0 comes only once rank 1 caught this)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        try:
+            with group.turn():
+                exchange("A")
+                if me == 1:
+                    threading.Thread(target=interrupt_once_written, args=(group.exchanges() + 1,), daemon=True).start()
+                else:
+                    waited_for([caught], 60)
+                exchange("B")
+                if me == 0 and variant == "inside":
+                    exchange("B2")
+        except KeyboardInterrupt:  # the user's catch (rank 1): the process goes on
+            emit(rank=me, variant=variant, what="B", error="KeyboardInterrupt")
+            open(caught, "w").close()
+        with group.turn():
+            exchange("C")
 
 
 if __name__ == "__main__":

@@ -255,7 +255,7 @@ def forged_prune_message():
     prune step (keeping only config 2, the slowest), with the right step label. It must not decide the choice:
     every rank fails with a clear error."""
     from triton_dist_tune.group import codec
-    from triton_dist_tune.group.channel import Message, step_print
+    from triton_dist_tune.group.messages import Message, step_print
     from triton_dist_tune.group.resolve import resolve_group
 
     tdt.init_distributed()

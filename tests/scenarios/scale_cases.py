@@ -232,7 +232,7 @@ def late_ranks_looked_up():
     """4 ranks, a beating failure board open (as in a tuning): rank 3 comes to an exchange 5 s after the others,
     which wait. How many times a waiting rank looked up its late ranks (a store request per rank each time), and how
     many 1 s slices it waited."""
-    from triton_dist_tune.group.store import _SeenFrom
+    from triton_dist_tune.group.store_wait import SeenFrom as _SeenFrom
 
     group = resolve_group(tdt.init_distributed(backend="gloo"))
     looks = [0]

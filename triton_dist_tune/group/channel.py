@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import operator
@@ -78,6 +77,9 @@ class Group:
         #: (taken through :meth:`turn`)
         self.lock = threading.RLock()
         self.turns = Turns(self.lock)
+        #: per thread: the exchanges this rank had begun when each of the thread's turns in progress began, outermost
+        #: first (:meth:`turn`, :meth:`turn_began`)
+        self._turns_began = threading.local()
 
     def tuning_threads(self) -> int:
         """How many threads of this process are tuning on this group now (holding its lock or waiting for it)."""
@@ -92,9 +94,13 @@ class Group:
         the group's exchanges (:meth:`leave`): the peers are in the same call, one exchange on. Before its first one,
         the rank has taken no step the peers have not (its call again joins them where they wait), and a call that
         makes none (a rank-local function's serving) has no peer to tell: nothing is sent (a peer's later tuning
-        would have read it as this rank leaving)."""
+        would have read it as this rank leaving). A peer past the turn when it reads what this rank left (the
+        interruption came after the turn's last exchange: no peer waits in it any more) waits a short grace for this
+        rank's next call, and passes over it if it comes (:mod:`.passover`, :class:`PassedOver`)."""
         with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title, (MismatchError, ExchangeError)):
             begun = self.exchanges()  # (this thread's turn: another's exchanges are not counted)
+            began = self._began()
+            began.append(begun)
             try:
                 yield
             except Exception:
@@ -103,6 +109,21 @@ class Group:
                 if self.exchanges() != begun:
                     self.leave(exc)
                 raise
+            finally:
+                began.pop()
+
+    def _began(self) -> list[int]:
+        """This thread's list of when its turns in progress on the group began (:attr:`_turns_began`)."""
+        began = getattr(self._turns_began, "began", None)
+        if began is None:
+            began = self._turns_began.began = []
+        return began
+
+    def turn_began(self) -> int:
+        """How many exchanges this rank had begun on the group when the outermost turn this thread is in began;
+        outside a turn, how many it has begun now (it is past every turn it was in)."""
+        began = self._began()
+        return began[0] if began else self.exchanges()
 
     def exchanges(self) -> int:
         """How many exchanges this rank has begun on the group (0 where the channel does not count them)."""
@@ -323,6 +344,21 @@ class Failed:
     refused: bool = False
     #: sent by a rank that left the call instead of its message (:meth:`Group.leave`): raised as RankFailedError
     left: bool = False
+    #: with ``left``: the last exchange the rank began in the turn it left (-1: not said), which tells a rank that
+    #: reads the record whether it is still in that turn (:func:`unwrap`)
+    held: int = -1
+    #: with ``left``: how the record was settled (:mod:`.passover`): "" not yet, ``back`` (the rank's next call came:
+    #: a peer past the turn passes over it), ``out`` (it did not come within the grace, or its process ended)
+    settled: str = ""
+    #: with ``left``: the rank's process (:func:`.note.this_process`), read gone by a peer on its host
+    process: tuple[str, int, int] | None = None
+
+
+class PassedOver(Exception):
+    """Raised by :func:`unwrap` on a rank past the turn whose record of a rank that left it (:meth:`Group.leave`)
+    it read, settled ``back`` (:mod:`.passover`: that rank's next call came): nobody waits for that rank in that
+    turn any more, and the exchange is void on every rank; the channel makes it again at the next sequence number,
+    where that rank's next call is."""
 
 
 def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
@@ -334,9 +370,17 @@ def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
         return Failed(f"{type(exc).__name__}: {exc}")
 
 
-def unwrap(result: Any, what: str) -> Any:
+def unwrap(result: Any, what: str, began: int | None = None) -> Any:
     """An exchange's ``result`` as every rank receives it; a :class:`Failed` is raised instead, as
-    :class:`PlainDataError` when a rank's message was refused, else as :class:`ExchangeError`."""
+    :class:`PlainDataError` when a rank's message was refused, else as :class:`ExchangeError`; a rank's record that
+    it left its call (``left``), as :class:`~triton_dist_tune.errors.RankFailedError` where this rank is still in the
+    turn that rank left: where the turn this rank is in (its outermost on the group) began after the last exchange
+    that rank began in it (``began``: the exchanges this rank had begun when its turn began, :meth:`Group.turn_began`;
+    None: not said), this rank is past that turn, and :class:`PassedOver` is raised instead where the record was
+    settled ``back`` (that rank's next call came: :mod:`.passover`)."""
+    if isinstance(result, Failed) and result.left and result.settled == "back" and began is not None \
+            and began >= result.held >= 0:
+        raise PassedOver(f"{result.message} (the exchange at '{what[:STEP_QUOTE]}' is made again)")
     if isinstance(result, Failed) and result.left:
         raise RankFailedError(f"triton_dist_tune: {result.message} (this rank was at '{what[:STEP_QUOTE]}')")
     if isinstance(result, Failed):
@@ -345,91 +389,8 @@ def unwrap(result: Any, what: str) -> Any:
     return result
 
 
-@codec.record
-@dataclass(frozen=True)
-class Message:
-    """What travels in one exchange: the value, and a fingerprint of the step of the protocol it belongs to (the
-    exchange's ``what``: :func:`step_print`), so that ranks at different steps (a setting that changes the number
-    of steps differs between them, a rank that left a loop early) get a clear error naming the steps instead of
-    pairing unrelated values. A fingerprint, not the text, keeps every message a few bytes longer only."""
-
-    step: str
-    value: Any
-
-
 #: the most characters of a step's text quoted in the error of ranks at different steps
 STEP_QUOTE = 200
-
-
-def step_print(what: str) -> str:
-    """The fingerprint of a step's text that its messages carry (12 hex digits)."""
-    return hashlib.blake2b(what.encode(), digest_size=6).hexdigest()
-
-
-def pack(obj: Any, rank: int, step: str = "") -> bytes:
-    """This rank's message at ``step`` (the exchange's ``what``) as plain data; a value that is not plain data
-    becomes a refusal that rank 0 passes on to every rank (so nobody waits for a message that never comes)."""
-    try:
-        return codec.encode(Message(step_print(step), obj))
-    except codec.NotPlainData as exc:
-        refusal = Failed(f"group rank {rank} cannot send its message: {exc}", refused=True)
-        return codec.encode(Message(step_print(step), refusal))
-
-
-def steps_differ(ranks: Sequence[int], step: str, reader: int) -> str:
-    """The error of ranks found at different steps of the protocol (each rank's error names its own step too)."""
-    return (f"group rank(s) {list(ranks)} are at another step of the protocol than group rank {reader}, which is at "
-            f"'{step[:STEP_QUOTE]}': the ranks run different steps (a setting that changes the steps, e.g. "
-            "TRITON_DIST_AUTOTUNE_UNDECIDED or n_warmup, differs between them, or they called the tuned function in "
-            "another order)")
-
-
-def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], step: str = "",
-                     reader: int = 0) -> bytes:
-    """Group rank 0 (``reader``): decode every rank's message (by group rank), check that each belongs to
-    ``step``, run ``fn`` on them and encode the result, or a :class:`Failed` when a message is refused, belongs
-    to another step, ``fn`` raised or its result is not plain data."""
-    mine = step_print(step)
-    values, elsewhere = [], []
-    for rank, payload in enumerate(payloads):
-        try:
-            message = codec.decode(payload)
-            if not isinstance(message, Message):
-                raise codec.BadMessage("not a message of the tuner (no step)")
-        except codec.BadMessage as exc:
-            return codec.encode(Message(mine, Failed(
-                f"the message read for group rank {rank} is refused: {exc}; a process other than the tuner wrote "
-                "under the tuner's keys of the key-value store")))
-        if isinstance(message.value, Failed):
-            return codec.encode(Message(mine, message.value))
-        if message.step != mine:
-            elsewhere.append(rank)
-        values.append(message.value)
-    if elsewhere:
-        return codec.encode(Message(mine, Failed(steps_differ(elsewhere, step, reader))))
-    result = run_on_root(fn, values)
-    try:
-        return codec.encode(Message(mine, result))
-    except codec.NotPlainData as exc:
-        return codec.encode(Message(mine, Failed(f"the combined result cannot be sent: {exc}", refused=True)))
-
-
-def unpack(payload: bytes, what: str, rank: int) -> Any:
-    """The result of an exchange, as rank 0 combined it; raises what rank 0 sent instead of a result, or
-    :class:`ExchangeError` when the result belongs to another step than ``what``."""
-    try:
-        message = codec.decode(payload)
-        if not isinstance(message, Message):
-            raise codec.BadMessage("not a result of the tuner (no step)")
-    except codec.BadMessage as exc:
-        raise ExchangeError(f"triton_dist_tune: group rank {rank} refused the result it read at '{what}': {exc}; a "
-                            "process other than the tuner wrote under the tuner's keys of the key-value store") \
-            from None
-    if message.step != step_print(what) and not isinstance(message.value, Failed):
-        raise ExchangeError(f"triton_dist_tune: group rank {rank} is at '{what[:STEP_QUOTE]}' and read a result of "
-                            "another step of the protocol: the ranks run different steps (a setting that changes the "
-                            "steps, e.g. TRITON_DIST_AUTOTUNE_UNDECIDED or n_warmup, differs between them)")
-    return unwrap(message.value, what)
 
 
 class SingleGroup(Group):

@@ -269,3 +269,13 @@ class _Evidence:
             if on_this_host(process) and process is not None:
                 found[rank] = process
         return found
+
+
+def counted_out(store: Any, rank: int) -> bool:
+    """Whether global rank ``rank`` of this process's job has counted out (its process ends or has ended: it comes to
+    no exchange any more); False where this process registered nothing, or the store cannot say."""
+    job = _job
+    try:
+        return job is not None and bool(store.check([f"{job.prefix}exited/{rank}"]))
+    except Exception:
+        return False

@@ -40,7 +40,8 @@ from typing import Any
 
 from .. import settings
 from ..errors import GroupTimeoutError
-from .channel import Group, combine_payloads, pack, unpack
+from .channel import Group
+from .messages import combine_payloads, pack, unpack
 from .rank_names import renumbered
 from .waiting import report_waiting
 

@@ -13,26 +13,31 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import codec, epoch, exits, store_silence
+from . import codec, epoch, exits, passover, store_silence
 from .channel import (
     Board,
     ExchangeError,
     Failed,
     FailureReport,
     Group,
-    Message,
+    PassedOver,
     RankEnded,
-    combine_payloads,
     default_timeout,
     ended_message,
     not_a_member,
-    pack,
-    unpack,
 )
+from .messages import Message, combine_payloads, pack, unpack
 from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
-from .store_texts import ended_message_of, late_message, left_message, silent_message, unresolved_message
-from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, quiet_store_wait
+from .store_texts import (
+    ended_message_of,
+    late_message,
+    left_message,
+    silent_message,
+    unresolved_message,
+    withdrawn_notes,
+)
+from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, SeenFrom, quiet_store_wait, with_rank_0
 from .unresolved import NOTES
 from .waiting import report_waiting, wait_in_slices
 
@@ -102,6 +107,7 @@ class StoreGroup(Group):
         self._told: FailureReport | None = None  #: this rank's last report on a board of the group (:meth:`leave`)
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
         self._notice = 0
+        self._back: tuple[str, bytes] | None = None  #: this rank's "left" record, to settle at its next exchange
         self._lock = threading.Lock()
         self._board: StoreBoard | None = None
 
@@ -138,19 +144,28 @@ class StoreGroup(Group):
         with store_silence.answering(self.store, store_silence.tuner_timeout()):  # (a frozen host: no beat tells)
             self._named(timeout)
             with self._lock:
-                self._seq += 1
-                seq, self._what = self._seq, what
-            if self.rank == 0:
-                return self._gather_and_send(seq, obj, fn, what, timeout)
-            return self._send_and_receive(seq, obj, what, timeout)
+                back, self._back = self._back, None
+            if back is not None:  # this rank left its last call: its peers past that turn need not raise
+                passover.come_back(self.store, *back)
+            while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
+                with self._lock:
+                    self._seq += 1
+                    seq, self._what = self._seq, what
+                try:
+                    if self.rank == 0:
+                        return self._gather_and_send(seq, obj, fn, what, timeout)
+                    return self._send_and_receive(seq, obj, what, timeout)
+                except PassedOver as exc:
+                    log.debug("triton_dist_tune: exchange %d of group '%s' is void: %s", seq, self.title, exc)
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
         started = time.monotonic()
-        with self._undone_on_a_note(seq, None):
+        with _undone_on_a_note(self, seq, None):
             self._wait(keys, what, timeout, _arrivals(self, seq, range(1, self.size)))
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
+        payloads = [passover.settle(self, keys[r - 1], bytes(payloads[r - 1]), r, timeout) for r in range(1, self.size)]
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
         self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
         self._sent = seq
@@ -160,7 +175,7 @@ class StoreGroup(Group):
         # tell everyone (at the exchange after, which rank 0 cannot pass without it)
         if seq > 2:
             _tidy(self, self._key(seq - 2, "all"))
-        return unpack(payload, what, 0)
+        return unpack(payload, what, 0, self.turn_began())
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
@@ -168,49 +183,38 @@ class StoreGroup(Group):
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
         self._sent = seq
         peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
-        with self._undone_on_a_note(seq, mine):
-            self._wait([combined], what, timeout, _SeenFrom(peers))
-        payload = self._request(lambda: self.store.get(combined), what, started)
+        with _undone_on_a_note(self, seq, mine):
+            self._wait([combined], what, timeout, SeenFrom(peers))
+        payload = passover.settle(self, combined, bytes(self._request(lambda: self.store.get(combined), what,
+                                                                      started)), 0, timeout)
         _tidy(self, mine)  # rank 0 has read it: it wrote the result
-        return unpack(payload, what, self.rank)
-
-    @contextmanager
-    def _undone_on_a_note(self, seq: int, mine: str | None) -> Iterator[None]:
-        """Undo exchange ``seq`` when its wait raises :class:`BadInputError` because a late rank will not come (its
-        note: :mod:`.unresolved`): that rank never entered it, so no rank can complete it; this rank takes back its
-        message (``mine``) and its sequence number, and is in step with that rank when both call again."""
-        try:
-            yield
-        except BadInputError:
-            if mine is not None:
-                try:
-                    self.store.delete_key(mine)
-                except Exception as exc:  # the store is gone: nobody calls again
-                    log.debug("triton_dist_tune: could not take back %s (%s)", mine, exc)
-            with self._lock:
-                if self._seq == seq:
-                    self._seq = seq - 1
-            raise
+        return unpack(payload, what, self.rank, self.turn_began())
 
     def exchanges(self) -> int:
         return self._seq
 
     def leave(self, interruption: BaseException) -> None:
         """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
-        :class:`~.channel.Failed` as its part of the next exchange it has not written (its peers wait for it, or come
-        to it), which they raise as ``RankFailedError`` at once, and counts it done, as they do: the ranks stay in
-        step (before, a call again met them one exchange apart). Best effort."""
+        :class:`~.channel.Failed` as its part of the next exchange it has not written, naming the last exchange it
+        began in the turn (``held``), and counts it done. A peer still in the turn (it waits there, or comes to it)
+        raises ``RankFailedError`` at once and counts it done too: the ranks stay in step. A peer past the turn
+        (this rank's part of its last exchange was written) meets it at a later turn's first exchange and waits a
+        short grace for this rank's next exchange: where it comes, that exchange is void on every rank and made again
+        at the next number (:class:`~.channel.PassedOver`), else the peer raises (:mod:`.passover`). Best effort."""
         if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
             return
         with self._lock:
-            seq = self._seq = self._sent = self._seq + (self._sent == self._seq)
+            held = self._seq
+            seq = self._seq = self._sent = held + (self._sent == held)
         self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
             self._told, None
         text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
                             told.describe() if told is not None and told.interrupted else None)
+        record = passover.record(text, held)
         try:
             with store_silence.answering(self.store, store_silence.tuner_timeout()):
-                self.store.set(key, codec.encode(Message("", Failed(text, left=True))))
+                self.store.set(key, record)
+            self._back = (key, record)
         except Exception as exc:  # the store is gone: the peers' waits say so
             log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
@@ -288,7 +292,7 @@ class StoreGroup(Group):
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
-        rank_0_by = started + 2 * min(every, BOARD_SLICE_S)  # (a look of the log from then on can tell: _with_rank_0)
+        rank_0_by = started + 2 * min(every, BOARD_SLICE_S)  # (a look of the log from then on can tell: with_rank_0)
 
         def between_slices(waited: float) -> None:
             late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
@@ -316,7 +320,7 @@ class StoreGroup(Group):
                                                          ended))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
-                report_waiting(self.rank, self.title, what, _with_rank_0(lookup, late, rank_0_by), self.global_ranks,
+                report_waiting(self.rank, self.title, what, with_rank_0(lookup, late, rank_0_by), self.global_ranks,
                                waited, timeout)
 
         slices, pace = itertools.count(), Pace(started)
@@ -333,16 +337,16 @@ class StoreGroup(Group):
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
         except (BadInputError, GroupTimeoutError) as exc:  # (a BadInputError undoes the exchange on every rank:
-            left = not isinstance(exc, BadInputError)  # :meth:`_undone_on_a_note`)
+            left = not isinstance(exc, BadInputError)  # :func:`_undone_on_a_note`)
             raise
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
             if waited < 0.9 * timeout or store_silence.was_cut():  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
-                late = _with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
-                message = late_message(self._waited(what, f"{timeout:g}"), late,
-                                       [self.global_ranks[r] for r in late]) + _withdrawn_notes(self, late, where)
+                late = with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
+                message = late_message(self._waited(what, f"{timeout:g}"), late, [self.global_ranks[r] for r in late]) \
+                    + withdrawn_notes(self.store, self.global_ranks, late, where)
             raise GroupTimeoutError(message) from exc
         finally:
             lookup.close(left)
@@ -360,6 +364,25 @@ class StoreGroup(Group):
             return False
 
 
+@contextmanager
+def _undone_on_a_note(group: StoreGroup, seq: int, mine: str | None) -> Iterator[None]:
+    """Undo exchange ``seq`` when its wait raises :class:`BadInputError` because a late rank will not come (its
+    note: :mod:`.unresolved`): that rank never entered it, so no rank can complete it; this rank takes back its
+    message (``mine``) and its sequence number, and is in step with that rank when both call again."""
+    try:
+        yield
+    except BadInputError:
+        if mine is not None:
+            try:
+                group.store.delete_key(mine)
+            except Exception as exc:  # the store is gone: nobody calls again
+                log.debug("triton_dist_tune: could not take back %s (%s)", mine, exc)
+        with group._lock:
+            if group._seq == seq:
+                group._seq = seq - 1
+        raise
+
+
 def _tidy(group: StoreGroup, key: str) -> None:
     """Delete a key every rank has read: the exchange is complete without it, so a store already gone (its
     host ended after the exchange) is no error here; the next exchange, if any, says so."""
@@ -371,19 +394,6 @@ def _tidy(group: StoreGroup, key: str) -> None:
         log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
 
 
-def _withdrawn_notes(group: StoreGroup, late: Sequence[int], where: Waiter) -> str:
-    """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
-    other groups (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this
-    wait was for the call such a note was about, so none stopped it), quoted as a likely cause; best effort
-    (nothing on a store error)."""
-    try:
-        notes = NOTES.withdrawn_before(group.store, [group.global_ranks[r] for r in late], where)
-    except Exception as exc:  # the store is gone: the timeout's message stands alone
-        log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
-        return ""
-    return "".join(note.why_withdrawn(g, where.since) for g, note in notes.items())
-
-
 def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[str] | None = None) -> Arrivals:
     """The look-up of which of ``ranks`` wrote their message of exchange ``seq``, through its log of arrivals
     (:class:`.store_wait.ArrivalLog`: each rank whose wait outlasts its first slice appends itself at its first look;
@@ -391,16 +401,6 @@ def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[st
     messages once they have read it (:class:`.store_wait.Arrivals`' ``done``)."""
     return Arrivals({r: group._key(seq, r) for r in ranks}, group._all_arrived, ArrivalLog(
         group.store, group._key(seq, "log"), group.rank), result and (lambda: group._all_arrived(result)))
-
-
-def _with_rank_0(lookup: Lookup, late: list[int], since: float) -> list[int]:
-    """The ranks ``late`` that never arrived at a wait for an exchange's result, with group rank 0 first where it
-    shows no sign of having waited there either: it writes no message, and logs its arrival at its first look, a
-    slice into its wait, so only a look of the log made at ``since`` (two slices into this wait) or later can tell
-    (:meth:`.store_wait.Arrivals.logged`); before, a wait shorter than that named a rank 0 that had come first."""
-    if 0 in late or not isinstance(lookup, _SeenFrom) or lookup.peers.logged(0, since) is not False:
-        return late
-    return [0, *late]
 
 
 def _keyed(lookup: Lookup, late: list[int], named: Collection[int]) -> list[int]:
@@ -416,26 +416,6 @@ def _keyed_notes(lookup: Lookup, late: list[int], global_ranks: Sequence[int], n
     noted = {r for r in late if global_ranks[r] in {**notes, **ended}}
     still = {global_ranks[r] for r in _keyed(lookup, late, noted)}
     return ({g: n for g, n in notes.items() if g in still}, {g: n for g, n in ended.items() if g in still})
-
-
-class _SeenFrom:
-    """The look-up of a rank other than 0 waiting at an exchange for its result: its peers' messages (``peers``),
-    then rank 0, which has no message: rank 0 stays missing until its result is written."""
-
-    def __init__(self, peers: Arrivals) -> None:
-        self.peers = peers
-
-    def missing(self) -> list[int]:
-        """The ranks whose message this rank has not seen in the store, or rank 0 when it has seen every other
-        rank's (then rank 0 never came to combine them)."""
-        return self.peers.missing() or [0]
-
-    def confirm(self, ranks: list[int]) -> list[int]:
-        kept = set(self.peers.confirm([r for r in ranks if r != 0]))
-        return [r for r in ranks if r == 0 or r in kept]
-
-    def close(self, left: bool = False) -> None:
-        self.peers.close(left)
 
 
 def _job_store() -> Any:

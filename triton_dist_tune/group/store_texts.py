@@ -3,9 +3,14 @@ group's exchanges by an interruption."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from .note import Note
+from .note import Note, Waiter
+from .unresolved import NOTES
+
+log = logging.getLogger("triton_dist_tune")
 
 
 def silent_message(waited: str, silent: Sequence[int], globals_: Sequence[int], window: float, quiet: float) -> str:
@@ -56,3 +61,17 @@ def left_message(rank: int, global_rank: int, title: str, last: str, interruptio
     return (f"{said} {after}; group rank(s) [{rank}] left the tuning (global rank {global_rank} of group '{title}'): "
             "it comes to no later exchange of that call. No config is blamed (an interruption): the ranks are in "
             "step again, and a call again on every rank tunes the key")
+
+
+def withdrawn_notes(store: Any, global_ranks: Sequence[int], late: Sequence[int], where: Waiter) -> str:
+    """For a timeout's message: the notes of the late group ranks ``late`` (of a group of ``global_ranks``)
+    withdrawn before this wait began, the rank going on to other groups
+    (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this wait was for the
+    call such a note was about, so none stopped it), quoted as a likely cause; best effort (nothing on a store
+    error)."""
+    try:
+        notes = NOTES.withdrawn_before(store, [global_ranks[r] for r in late], where)
+    except Exception as exc:  # the store is gone: the timeout's message stands alone
+        log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
+        return ""
+    return "".join(note.why_withdrawn(g, where.since) for g, note in notes.items())

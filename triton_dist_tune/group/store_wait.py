@@ -280,3 +280,33 @@ class Arrivals:
         ids = [int(t) for t in value.decode("ascii", errors="replace").split(",") if t.isdigit() and len(t) < 10]
         self._logged, self._read_at = (self._logged or set()).union(ids), time.monotonic()
         return Counter(r for r in ids if r in self.keys)
+
+
+class SeenFrom:
+    """The look-up of a rank other than 0 waiting at an exchange for its result: its peers' messages (``peers``),
+    then rank 0, which has no message: rank 0 stays missing until its result is written."""
+
+    def __init__(self, peers: Arrivals) -> None:
+        self.peers = peers
+
+    def missing(self) -> list[int]:
+        """The ranks whose message this rank has not seen in the store, or rank 0 when it has seen every other
+        rank's (then rank 0 never came to combine them)."""
+        return self.peers.missing() or [0]
+
+    def confirm(self, ranks: list[int]) -> list[int]:
+        kept = set(self.peers.confirm([r for r in ranks if r != 0]))
+        return [r for r in ranks if r == 0 or r in kept]
+
+    def close(self, left: bool = False) -> None:
+        self.peers.close(left)
+
+
+def with_rank_0(lookup: Lookup, late: list[int], since: float) -> list[int]:
+    """The ranks ``late`` that never arrived at a wait for an exchange's result, with group rank 0 first where it
+    shows no sign of having waited there either: it writes no message, and logs its arrival at its first look, a
+    slice into its wait, so only a look of the log made at ``since`` (two slices into this wait) or later can tell
+    (:meth:`Arrivals.logged`); before, a wait shorter than that named a rank 0 that had come first."""
+    if 0 in late or not isinstance(lookup, SeenFrom) or lookup.peers.logged(0, since) is not False:
+        return late
+    return [0, *late]

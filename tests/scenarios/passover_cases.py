@@ -1,0 +1,133 @@
+"""Multi-rank scenarios of a rank interrupted after its turn's last exchange (``group/passover.py``), run by
+tests/test_passover.py.
+
+Usage: python passover_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; ``LEAVER``: the group rank
+interrupted; ``THEN``: what it does next: ``ends`` its process, ``lives`` on without calling the tuner again,
+calls ``again`` at once, or calls again ``late``, past the peers' grace). Each rank prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main, waited_for
+
+import triton_dist_tune as tdt
+
+
+def _end(markers: list[str]) -> None:
+    """End this process without the final barrier of :func:`main` (a rank has ended, or will not come to it),
+    once every file of ``markers`` exists (the peers are done: rank 0 may host the store)."""
+    waited_for(markers, 120)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+@case
+def left_after_the_last_exchange():
+    """On the default group's channel: every rank makes exchange A in a turn; rank ``LEAVER`` is interrupted
+    (KeyboardInterrupt) inside that turn right after A, its last exchange. The other ranks begin their next turn once
+    it was (a file), and make exchange C there; each emits what C gave, how long it took and its exchange count.
+    ``THEN=again``: the leaver catches it and makes C too; then every rank makes D. ``ends``: it does not catch it
+    (its process ends by the interruption). ``lives``: it catches it and calls the tuner no more until the others
+    are done. ``late``: it catches it and makes C past the others' grace (3 s more), and they, whose C raised, make
+    C once more (their call again); then every rank makes D."""
+    try:
+        from triton_dist_tune.group.passover import GRACE_S
+    except ImportError:  # (the code before the grace)
+        GRACE_S = 5.0
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    me, group = dist.get_rank(), resolve_group(None)
+    leaver, then = int(os.environ["LEAVER"]), os.environ["THEN"]
+    folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
+    os.makedirs(folder, exist_ok=True)
+    raised = os.path.join(folder, "raised")
+    done = [os.path.join(folder, f"done.{r}") for r in range(dist.get_world_size()) if r != leaver]
+
+    def exchange(what: str) -> None:
+        t0 = time.monotonic()
+        try:
+            said = {"error": None, "value": group.allgather(me, what)}
+        except Exception as exc:
+            said = {"error": type(exc).__name__, "message": str(exc)}
+        emit(rank=me, what=what, seconds=time.monotonic() - t0, seq=group.exchanges(), **said)
+
+    try:
+        with group.turn():
+            exchange("A")
+            if me == leaver:
+                open(raised, "w").close()
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        emit(rank=me, what="A", error="KeyboardInterrupt")
+        if then == "ends":
+            raise
+        if then == "lives":
+            _end(done)
+        if then == "late":
+            time.sleep(GRACE_S + 3)
+    if me != leaver:
+        waited_for([raised], 60)
+    with group.turn():
+        exchange("C")
+    if then == "late" and me != leaver:
+        with group.turn():
+            exchange("C")
+    if then not in ("again", "late"):
+        open(os.path.join(folder, f"done.{me}"), "w").close()
+        _end(done)
+    with group.turn():
+        exchange("D")
+
+
+@case
+def tune_left_at_the_decision():
+    """The closing review's case (``tune_exit_after_last``): rank 1's rank log raises KeyboardInterrupt at the
+    decision's line of an ``autotune`` tuning (key 8), after the tuning's last exchange; ``THEN=ends``: not caught,
+    its process ends; ``again``: caught, and it calls key 16 at once. Rank 0 tunes key 8, then key 16. Each rank
+    emits what each call gave and how long it took."""
+    from triton_dist_tune.disk import logs
+
+    tdt.init_distributed(backend="gloo")
+    me, then = dist.get_rank(), os.environ["THEN"]
+
+    class Interrupting(logging.Handler):
+        armed = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if me == 1 and Interrupting.armed and "decision: config" in record.getMessage():
+                Interrupting.armed = False
+                raise KeyboardInterrupt
+
+    logs.rank_log().addHandler(Interrupting())
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="last")
+    def last(x, *, c):
+        return x * c
+
+    for n in (8, 16):
+        t0 = time.monotonic()
+        try:
+            said = {"error": None, "value": float(last(torch.ones(n)).sum())}
+        except Exception as exc:
+            said = {"error": type(exc).__name__, "message": str(exc)}
+        except KeyboardInterrupt:
+            emit(rank=me, n=n, error="KeyboardInterrupt", seconds=time.monotonic() - t0)
+            if then == "ends":
+                raise
+            continue
+        emit(rank=me, n=n, seconds=time.monotonic() - t0, **said)
+    if then == "ends":
+        _end([])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""A rank's "left" record met by its peers past the turn it left: settled once between the rank's next call and them.
+
+A rank interrupted inside a turn on a torch group (:meth:`.channel.Group.turn`) writes a "left" record as its part
+of the next exchange it has not written (:meth:`.store.StoreGroup.leave`) and counts that exchange done. Where the
+interruption came after its part of the turn's last exchange (a log handler or Ctrl-C at the decision's line, a
+contextual call's summary, the wait for that exchange's result), no peer waits in that turn any more: the record
+lies at the first exchange of the peers' next turn on the group, and the record alone cannot tell them what follows:
+
+- the rank's caller catches the interruption and calls again (a REPL, a serving loop): its next exchange comes at
+  the next number, and the peers' tuning should go on with it;
+- its process ends (the likelier case): the peers' tuning should raise ``RankFailedError`` naming the interruption
+  at once, never wait for the exchange's deadline.
+
+So the record's key is settled once, by compare-and-sets on it, and every rank that reads it acts on what it holds:
+
+- the rank itself, at its next exchange on the group and before it writes anything there, sets it ``back``
+  (:func:`come_back`);
+- a peer that reads it unsettled and is past the turn (its outermost turn began at or after the record's ``held``:
+  :meth:`.channel.Group.turn_began`) waits up to :func:`grace` for it to change, and sets it ``out`` then, or at
+  once where the rank's process is known ended (gone from ``/proc`` on this host, or counted out:
+  :func:`.exits.counted_out`); a peer still in the turn sets it ``out`` at once (:func:`settle`).
+
+``back``: each peer past the turn passes over the exchange (:class:`.channel.PassedOver`: void on every rank, made
+again at the next number, where the rank's next call is). ``out``: each raises ``RankFailedError`` with the record's
+text, as before. Either way every rank has counted that exchange, so the ranks stay at the same sequence numbers: a
+rank that calls again after the grace finds ``out``, and its exchange is the one the peers' own next call makes. A
+record of a group rank other than 0 is read by group rank 0 alone (its gather), which sends what it settled as the
+exchange's result; a record of group rank 0 is the exchange's result, settled by each peer that reads it (the
+compare-and-set makes them agree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from . import codec, exits
+from .channel import Failed
+from .messages import Message
+from .note import process_gone, this_process
+from .store_peek import peek
+
+log = logging.getLogger("triton_dist_tune")
+
+#: how long a peer past the turn waits for the next call of a rank whose "left" record it read (s). It covers the
+#: time from the interruption to that call's first exchange where the caller catches it and calls again at once: the
+#: tuner's unwinding (journal, board, logs), the caller's handler, the next call's work before its first exchange
+#: (its key, the cache lookup whose agreement is that exchange): under a second on an idle host, some seconds on a
+#: loaded one. It is also how late a peer raises where the rank's end cannot be read (a process on another host that
+#: did not count out): a few seconds against a deadline of minutes (default 300 s)
+GRACE_S = 5.0
+#: how often a peer in the grace reads the record's key and looks for the rank's end (s)
+LOOK_S = 0.1
+BACK, OUT = "back", "out"
+
+
+def grace(timeout: float) -> float:
+    """The grace of a peer whose exchange's deadline is ``timeout``: :data:`GRACE_S`, and at most a quarter of the
+    deadline, so that the other peers, which wait for group rank 0's result meanwhile, never reach theirs."""
+    return min(GRACE_S, timeout / 4)
+
+
+def record(text: str, held: int) -> bytes:
+    """A rank's "left" record, unsettled: ``text`` says why, ``held`` is the last exchange it began in its turn."""
+    process = this_process()
+    return codec.encode(Message("", Failed(text, left=True, held=held,
+                                           process=tuple(process) if process is not None else None)))
+
+
+def unsettled(payload: bytes) -> Failed | None:
+    """The "left" record in ``payload`` where it is not settled yet, else None (a message is decoded only where it
+    may be one: every exchange's messages pass here)."""
+    if b'"left":true' not in payload:
+        return None
+    try:
+        message = codec.decode(payload)
+    except codec.BadMessage:
+        return None
+    value = message.value if isinstance(message, Message) else None
+    return value if isinstance(value, Failed) and value.left and not value.settled and value.held >= 0 else None
+
+
+def come_back(store: Any, key: str, payload: bytes) -> None:
+    """This rank, which left its call writing ``payload`` under ``key``, makes its next exchange on the group: the
+    record is settled ``back`` unless a peer settled it first. Best effort (a store gone: the exchange says so)."""
+    left = unsettled(payload)
+    if left is None:
+        return
+    try:
+        found = bytes(store.compare_set(key, payload, _settled(left, BACK)))
+        log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, unsettled_or(found))
+    except Exception as exc:
+        log.debug("triton_dist_tune: could not settle this rank's 'left' record %s: %s", key, exc)
+
+
+def settle(group: Any, key: str, payload: bytes, rank: int, timeout: float) -> bytes:
+    """``payload``, read under ``key`` by a rank of ``group`` (a :class:`.store.StoreGroup`): where it is an
+    unsettled "left" record (of group rank ``rank``), the record settled (see the module's docstring), else
+    ``payload`` itself. Past the turn, this waits up to :func:`grace` (``timeout``: the exchange's deadline)."""
+    left = unsettled(payload)
+    if left is None:
+        return payload
+    store, global_rank, out = group.store, group.global_ranks[rank], _settled(left, OUT)
+    past = group.turn_began() >= left.held
+    deadline = time.monotonic() + (grace(timeout) if past else 0.0)
+    try:
+        while past and not _ended(store, left, global_rank):
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            time.sleep(min(LOOK_S, deadline - now))
+            found = peek(store, key)
+            if found is not None and found != payload:  # the rank came back, or another peer settled it
+                return found if unsettled_or(found) == BACK else out
+        found = bytes(store.compare_set(key, payload, out))
+    except Exception as exc:  # the store is gone: nobody comes back through it
+        log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
+        return out
+    return found if past and unsettled_or(found) == BACK else out
+
+
+def unsettled_or(payload: bytes) -> str:
+    """How the "left" record in ``payload`` was settled (``back``, ``out``; "" where it is not one, or unsettled)."""
+    try:
+        message = codec.decode(payload)
+    except codec.BadMessage:
+        return ""
+    value = message.value if isinstance(message, Message) else None
+    return value.settled if isinstance(value, Failed) and value.left else ""
+
+
+def _settled(left: Failed, how: str) -> bytes:
+    return codec.encode(Message("", dataclasses.replace(left, settled=how)))
+
+
+def _ended(store: Any, left: Failed, global_rank: int) -> bool:
+    """Whether the process of the rank that left is known ended: gone on this host, or counted out of the job."""
+    return process_gone(left.process) or exits.counted_out(store, global_rank)
