@@ -43,14 +43,16 @@ def test_a_rank_interrupted_after_its_last_exchange_that_never_calls_again_is_ra
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("leaver", [1, 0])
-def test_a_rank_interrupted_after_its_last_exchange_and_calling_again_leaves_three_ranks_in_step(tmp_path, leaver):
+@pytest.mark.parametrize(("leaver", "threads"), [(1, "0"), (0, "0"), (1, "1"), (0, "1")])
+def test_a_rank_interrupted_after_its_last_exchange_and_calling_again_leaves_three_ranks_in_step(tmp_path, leaver,
+                                                                                                  threads):
     """On 3 ranks, rank ``leaver`` is interrupted right after its turn's last exchange (A), catches it and makes
     exchange C at once, as the others do in their next turn: C and D pair up on every rank, with no error, at the
-    same exchange counts. Before (main): the others' C raised RankFailedError naming the rank (spurious: its own C
-    was coming)."""
-    results = run_ranks(CASES, 3, ["left_after_the_last_exchange"],
-                        env={**tuner_env(tmp_path, T), "LEAVER": str(leaver), "THEN": "again"}, timeout=180)
+    same exchange counts. ``threads``: C and D run on a second thread of every rank, which waits for the group's
+    turn while A's thread holds it. Before (main): the others' C raised RankFailedError naming the rank (spurious:
+    its own C was coming)."""
+    results = run_ranks(CASES, 3, ["left_after_the_last_exchange"], timeout=180,
+                        env={**tuner_env(tmp_path, T), "LEAVER": str(leaver), "THEN": "again", "THREADS": threads})
     said = said_by(results)
     assert all(result.returncode == 0 for result in results), describe(results)
     assert said[(leaver, "A")]["error"] == "KeyboardInterrupt", said
@@ -105,3 +107,28 @@ def test_a_rank_calling_again_past_the_grace_meets_its_peers_call_again(tmp_path
     each = [s for s in said if s["what"] == "D"]
     assert len(each) == n and all(e["error"] is None and e["seconds"] < PROMPT_S for e in each), each
     assert len({e["seq"] for e in each}) == 1, each
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("n", "leaver", "then"), [(2, 0, "ends"), (3, 1, "ends"), (3, 0, "again")])
+def test_a_rank_interrupted_at_the_end_of_a_contextual_tuning_call(tmp_path, n, leaver, then):
+    """Rank ``leaver``'s rank log raises KeyboardInterrupt at the line ending a ``contextual_autotune`` tuning call,
+    after its last exchange; then every rank calls an ``autotune`` key. ``ends``: the rank's process ends, and the
+    others' call raises RankFailedError naming the interruption within seconds (with 217ffa74's pass-over: T).
+    ``again``: the rank calls that key too, and all tune it together with no error (on main: RankFailedError)."""
+    results = run_ranks(CASES, n, ["contextual_left_at_its_end"], timeout=180,
+                        env={**tuner_env(tmp_path, T), "LEAVER": str(leaver), "THEN": then})
+    said = said_by(results)
+    peers = [r for r in range(n) if r != leaver]
+    assert said[(leaver, "runs")]["error"] == "KeyboardInterrupt", describe(results)
+    assert all(said[(r, "runs")]["error"] is None and results[r].returncode == 0 for r in peers), describe(results)
+    if then == "ends":
+        for rank in peers:
+            told = said[(rank, "next")]
+            assert told["error"] == "RankFailedError", told
+            assert f"group rank {leaver} was interrupted" in told["message"], told
+            assert told["seconds"] < PROMPT_S, told
+        return
+    each = [said[(r, "next")] for r in range(n)]
+    assert all(e["error"] is None and e["seconds"] < PROMPT_S for e in each), each
+    assert len({e["value"] for e in each}) == 1, each

@@ -37,7 +37,10 @@ def left_after_the_last_exchange():
     ``THEN=again``: the leaver catches it and makes C too; then every rank makes D. ``ends``: it does not catch it
     (its process ends by the interruption). ``lives``: it catches it and calls the tuner no more until the others
     are done. ``late``: it catches it and makes C past the others' grace (3 s more), and they, whose C raised, make
-    C once more (their call again); then every rank makes D."""
+    C once more (their call again); then every rank makes D. ``THREADS=1`` (with ``again``): on every rank, A's turn
+    runs on one thread and C's and D's on another, which waits for the group's turn while the first holds it."""
+    import threading
+
     try:
         from triton_dist_tune.group.passover import GRACE_S
     except ImportError:  # (the code before the grace)
@@ -60,32 +63,101 @@ def left_after_the_last_exchange():
             said = {"error": type(exc).__name__, "message": str(exc)}
         emit(rank=me, what=what, seconds=time.monotonic() - t0, seq=group.exchanges(), **said)
 
-    try:
-        with group.turn():
-            exchange("A")
-            if me == leaver:
-                open(raised, "w").close()
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        emit(rank=me, what="A", error="KeyboardInterrupt")
-        if then == "ends":
-            raise
-        if then == "lives":
-            _end(done)
-        if then == "late":
-            time.sleep(GRACE_S + 3)
-    if me != leaver:
-        waited_for([raised], 60)
-    with group.turn():
-        exchange("C")
-    if then == "late" and me != leaver:
+    def rest() -> None:  # C (and D) on every rank, once the leaver was interrupted
+        if me != leaver:
+            waited_for([raised], 60)
         with group.turn():
             exchange("C")
-    if then not in ("again", "late"):
+        if then == "late" and me != leaver:
+            with group.turn():
+                exchange("C")
+        if then not in ("again", "late"):
+            open(os.path.join(folder, f"done.{me}"), "w").close()
+            _end(done)
+        with group.turn():
+            exchange("D")
+
+    in_a = threading.Event()
+
+    def first() -> None:  # A, in a turn the leaver leaves by KeyboardInterrupt
+        try:
+            with group.turn():
+                exchange("A")
+                in_a.set()
+                if me == leaver:
+                    time.sleep(0.2)  # (the other thread, if any, waits for the turn meanwhile)
+                    open(raised, "w").close()
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            emit(rank=me, what="A", error="KeyboardInterrupt")
+            if then == "ends":
+                raise
+            if then == "lives":
+                _end(done)
+            if then == "late":
+                time.sleep(GRACE_S + 3)
+
+    if os.environ.get("THREADS") != "1":
+        first()
+        rest()
+        return
+    threads = [threading.Thread(target=first), threading.Thread(target=lambda: in_a.wait(60) and rest())]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+@case
+def contextual_left_at_its_end():
+    """Rank ``LEAVER``'s rank log raises KeyboardInterrupt at the line ending a ``contextual_autotune`` function's
+    tuning call (after its last exchange). ``THEN=ends``: not caught, its process ends; ``again``: caught, and it
+    calls an ``autotune`` key at once, as the other ranks do. Each rank emits what each call gave and how long it
+    took."""
+    import triton
+    from _kernels import increment
+
+    from triton_dist_tune.disk import logs
+
+    tdt.init_distributed(backend="gloo")
+    me, leaver, then = dist.get_rank(), int(os.environ["LEAVER"]), os.environ["THEN"]
+    add_one = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128)], key=["n"])(increment)
+
+    class Interrupting(logging.Handler):
+        armed = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if me == leaver and Interrupting.armed and "done after" in record.getMessage():
+                Interrupting.armed = False
+                raise KeyboardInterrupt
+
+    logs.rank_log().addHandler(Interrupting())
+
+    @tdt.contextual_autotune(is_dist=True, n_repeat=2, n_warmup=1)
+    def runs(x):
+        add_one[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+        return x
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="next")
+    def after(x, *, c):
+        return x * c
+
+    for name, call in (("runs", runs), ("next", after)):
+        t0 = time.monotonic()
+        try:
+            said = {"error": None, "value": float(call(torch.ones(64)).sum())}
+        except Exception as exc:
+            said = {"error": type(exc).__name__, "message": str(exc)}
+        except KeyboardInterrupt:
+            emit(rank=me, what=name, error="KeyboardInterrupt", seconds=time.monotonic() - t0)
+            if then == "ends":
+                raise
+            continue
+        emit(rank=me, what=name, seconds=time.monotonic() - t0, **said)
+    if then == "ends":  # (rank 0 may host the store: it ends last)
+        folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
         open(os.path.join(folder, f"done.{me}"), "w").close()
-        _end(done)
-    with group.turn():
-        exchange("D")
+        _end([os.path.join(folder, f"done.{r}") for r in range(dist.get_world_size()) if r != leaver])
 
 
 @case

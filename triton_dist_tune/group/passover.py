@@ -90,7 +90,7 @@ def come_back(store: Any, key: str, payload: bytes) -> None:
         return
     try:
         found = bytes(store.compare_set(key, payload, _settled(left, BACK)))
-        log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, unsettled_or(found))
+        log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, settled_as(found))
     except Exception as exc:
         log.debug("triton_dist_tune: could not settle this rank's 'left' record %s: %s", key, exc)
 
@@ -113,15 +113,15 @@ def settle(group: Any, key: str, payload: bytes, rank: int, timeout: float) -> b
             time.sleep(min(LOOK_S, deadline - now))
             found = peek(store, key)
             if found is not None and found != payload:  # the rank came back, or another peer settled it
-                return found if unsettled_or(found) == BACK else out
+                return found if settled_as(found) == BACK else out
         found = bytes(store.compare_set(key, payload, out))
     except Exception as exc:  # the store is gone: nobody comes back through it
         log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
         return out
-    return found if past and unsettled_or(found) == BACK else out
+    return found if past and settled_as(found) == BACK else out
 
 
-def unsettled_or(payload: bytes) -> str:
+def settled_as(payload: bytes) -> str:
     """How the "left" record in ``payload`` was settled (``back``, ``out``; "" where it is not one, or unsettled)."""
     try:
         message = codec.decode(payload)
