@@ -14,8 +14,10 @@ rejected as ambiguous, even after the module name. ``--local`` was such a prefix
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -160,6 +162,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     pg = replicas = None
     if args.group_size is not None and args.group_size < world:
         pg, replicas = _groups(args.group_size)
+    build = with_group(build, pg if pg is not None else _default_group())
     try:
         summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
     except AutotuneError as exc:  # the library's own: one line (an error of any other kind is a bug's: its traceback)
@@ -179,6 +182,28 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     print(text, file=sys.stderr)
     tell_torchrun(text)
     return 1
+
+
+def with_group(build: Any, group: Any) -> Any:
+    """``build`` given ``group`` as its ``group`` keyword where it takes one (a parameter of that name, not
+    positional-only): the group the function's collectives run on, which the command made (``--group-size``: this
+    rank's group of consecutive ranks; else the default group, or None in a job of one process), so a builder has
+    no other way to name it. Any other ``build`` (a list of calls, a builder without that parameter) is returned
+    as it is."""
+    try:
+        parameter = inspect.signature(build).parameters.get("group") if callable(build) else None
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read: called as it is
+        parameter = None
+    if parameter is None or parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+        return build
+    return functools.partial(build, group=group)
+
+
+def _default_group() -> Any:
+    """torch.distributed's default group where it exists, else None (a job of one process)."""
+    import torch.distributed as dist
+
+    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
 
 
 def _group_started() -> bool:
@@ -251,7 +276,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("campaign", help="tune a function at many keys, spread over the job's ranks (run it under "
                        "torchrun or mpiexec)")
     p.add_argument("function", help="the function decorated with autotune: MODULE:NAME or FILE.py:NAME")
-    p.add_argument("--calls", required=True, help="calls(key) -> the call's arguments (MODULE:NAME or FILE.py:NAME)")
+    p.add_argument("--calls", required=True, help="calls(key) -> the call's arguments (MODULE:NAME or FILE.py:NAME); "
+                   "calls(key, group) is given the group the function's collectives run on")
     p.add_argument("--keys", nargs="+", required=True, help="the keys given to --calls (JSON values, e.g. 16 "
                    "'[16, 4096]')")
     scope = p.add_mutually_exclusive_group()
