@@ -36,7 +36,7 @@ def left_after_the_last_exchange():
     it was (a file), and make exchange C there; each emits what C gave, how long it took and its exchange count.
     ``THEN=again``: the leaver catches it and makes C too; then every rank makes D. ``ends``: it does not catch it
     (its process ends by the interruption). ``lives``: it catches it and calls the tuner no more until the others
-    are done. ``late``: it catches it and makes C past the others' grace (3 s more), and they, whose C raised, make
+    are done. ``late``: it catches it and makes C past the others' grace (8 s more), and they, whose C raised, make
     C once more (their call again); then every rank makes D. ``THREADS=1`` (with ``again``): on every rank, A's turn
     runs on one thread and C's and D's on another, which waits for the group's turn while the first holds it."""
     import threading
@@ -95,7 +95,7 @@ def left_after_the_last_exchange():
             if then == "lives":
                 _end(done)
             if then == "late":
-                time.sleep(GRACE_S + 3)
+                time.sleep(GRACE_S + 8)
 
     if os.environ.get("THREADS") != "1":
         first()
