@@ -97,6 +97,24 @@ def test_a_rank_left_waiting_in_the_functions_collective_blames_no_config(tmp_pa
 
 
 @pytest.mark.timeout(150)
+def test_on_three_ranks_both_ranks_left_waiting_are_ended_after_the_grace_and_blame_no_config(tmp_path):
+    """As above on 3 ranks (rank 1 raises its own error, ranks 0 and 2 wait in the all_reduce): both are ended after
+    the grace (exit 87) and journal config 1 ``interrupted``. Before, rank 0, which hosts the store, ended at its
+    grace a moment before rank 2's ran out, and rank 2, no longer able to read the board, waited its deadline T and
+    journaled config 1 ``hung`` (exit 86: 4 of 6 runs of the closing review's F4, 2 of 2 on the code before the
+    watch): the grace of the reports read before now goes on where the board can no longer be read."""
+    env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"), ERROR="raise")
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 3, ["left_waiting"], env={**env, "ATTEMPT": "0"}, timeout=100, stuck=[1])
+    assert (ranks[0].returncode, ranks[2].returncode) == (87, 87), describe(ranks)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    for rank in (0, 2):
+        (journal,) = [p for p in cache.rglob("*.journal") if f".rank{rank}" in p.name]
+        states = {r["state"] for r in records(journal) if r.get("index") == 1}
+        assert "interrupted" in states and "hung" not in states, records(journal)
+
+
+@pytest.mark.timeout(150)
 def test_a_rank_busy_after_the_collective_when_its_peer_raised_is_not_ended(tmp_path):
     """Rank 1 raises after the all_reduce in run 2; rank 0 is not waiting for it and goes on with other work (7 s)
     for longer than the grace (5 s of T = 20 s). Its thread is inside no collective, so the watchdog leaves it be:
@@ -128,6 +146,36 @@ def test_a_rank_left_waiting_in_the_final_run_is_ended_and_its_peer_names_the_er
     (res,) = ranks[1].results
     # (rank 0 hosts the job's store here: rank 1 reads that its process ended, or, with torchrun's agent, the board)
     assert "never arrived" not in res["text"] and "rank 1's own error in the final run" in res["text"], res
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_waiting_on_a_healthy_peer_in_a_subgroup_when_another_raised_is_not_ended(tmp_path):
+    """3 ranks: rank 1 raises after the world all_reduce in run 2, and ranks 0 and 2 go on with all_reduces on the
+    subgroup [0, 2] for about 8 s (rank 2 computing between them). Every rank ends the call with the same
+    AutotuneError naming rank 1's error, exit status 0. Before, rank 0, inside a collective when it read rank 1's
+    report, was ended after the grace (exit 87, "waiting for that rank": it waited on rank 2), and the other ranks,
+    whose store rank 0 hosted, lost it (the closing review's F1): the grace now counts only inside a collective whose
+    group holds the rank that reported."""
+    env = tuner_env(tmp_path, 20, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 3, ["busy_in_a_subgroup"], env={**env, "ATTEMPT": "0"}, timeout=120)
+    assert [r.returncode for r in ranks] == [0, 0, 0], describe(ranks)
+    for r in ranks:
+        (res,) = r.results
+        assert res["error"] == "AutotuneError" and "rank 1's own error after the world all_reduce" in res["text"], res
+
+
+@pytest.mark.timeout(150)
+def test_a_final_run_longer_than_the_timeout_ends_normally(tmp_path):
+    """No rank fails; the call's final run (every key decided, its launches untimed) takes 12 s with T = 6 s: both
+    ranks return the right result. With the final run watched for the peers' reports (the last commit), its
+    deadline ended both ranks at T (exit 86: "run 6 did not finish within 6 s"; the closing review's F2): the
+    final run has no deadline, as before that commit."""
+    env = tuner_env(tmp_path, 6, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 2, ["slow_final_run"], env={**env, "ATTEMPT": "0", "SLOW": "12"}, timeout=120)
+    assert [r.returncode for r in ranks] == [0, 0], describe(ranks)
+    assert [r.result.get("ok") for r in ranks] == [True, True], describe(ranks)
 
 
 @pytest.mark.timeout(150)

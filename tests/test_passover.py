@@ -50,6 +50,22 @@ def test_a_rank_interrupted_after_its_last_exchange_that_never_calls_again_is_ra
 
 
 @pytest.mark.timeout(200)
+def test_four_ranks_interrupted_after_their_last_exchange_cost_their_peers_one_grace(tmp_path):
+    """6 ranks; ranks 1-4 are interrupted right after their turn's last exchange (A) and live on without calling the
+    tuner. Ranks 0 and 5 raise RankFailedError at their C within one grace (5 s), both naming an interruption.
+    Before, rank 0 settled the four records one after another, each with a grace of its own: 20 s (with T = 8 s,
+    rank 0 took T and rank 5 raised GroupTimeoutError saying rank 0 "never arrived"; the closing review's F5)."""
+    results = run_ranks(CASES, 6, ["left_after_the_last_exchange"], timeout=180,
+                        env={**tuner_env(tmp_path, T), "LEAVER": "1,2,3,4", "THEN": "lives"})
+    said = said_by(results)
+    assert all(results[r].returncode == 0 for r in (0, 5)), describe(results)
+    for rank in (0, 5):
+        told = said[(rank, "C")]
+        assert told["error"] == "RankFailedError" and "was interrupted (KeyboardInterrupt)" in told["message"], told
+        assert told["seconds"] < 12, told  # one grace of 5 s, not four (20 s)
+
+
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize(("leaver", "threads"), [(1, "0"), (0, "0"), (1, "1"), (0, "1")])
 def test_a_rank_interrupted_after_its_last_exchange_and_calling_again_leaves_three_ranks_in_step(tmp_path, leaver,
                                                                                                   threads):

@@ -13,7 +13,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, waited_for
 
 import triton_dist_tune as tdt
 
@@ -57,6 +57,30 @@ def shrunk_after_destroy():
         return
     os.environ["WORLD_SIZE"], os.environ["RANK"] = "2", str({2: 1}.get(rank, rank))
     _start(2)
+
+
+@case
+def replaced_while_it_lingers():
+    """``WORLD_SIZE=2``: ranks 0 and 1 start and all-reduce; rank 1's process then lingers, out of the job, until
+    rank 0's second start is over. A new process (``ROLE=new``, ``RANK=1``) comes as rank 1 once the first start is
+    over; rank 0 starts again ``GAP_S`` seconds after its first start, with the new process as rank 1."""
+    folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
+    os.makedirs(folder, exist_ok=True)
+    first, second = os.path.join(folder, "first.done"), os.path.join(folder, "second.done")
+    if os.environ.get("ROLE") == "new":
+        waited_for([first], 60)
+        _start(2)
+        return
+    if not _start(1):
+        return
+    if int(os.environ["RANK"]) == 0:
+        open(first, "w").close()
+        time.sleep(float(os.environ["GAP_S"]))
+        _start(2)
+        open(second, "w").close()
+        return
+    waited_for([second], 90)  # (lingers: alive, out of the job, its claim of rank 1 in the first start standing)
+    emit(step=2, left=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ rank made them) and sleeps [5, 80, 400] ms, the same on every rank: config 0 win
   work (a sleep) for longer than the watchdog's grace after a peer's report.
 - ``raised_in_the_final_run``: rank 1 raises before the all_reduce in the tuning call's final run (every key
   decided); rank 0 waits in the all_reduce.
+- ``busy_in_a_subgroup`` (3 ranks): in run 2 rank 1 raises after the world all_reduce; ranks 0 and 2 go on with
+  all_reduces on the subgroup [0, 2], rank 2 computing 0.2 s before each (rank 0 waits on rank 2, never on rank 1).
+- ``slow_final_run``: no rank fails; the tuning call's final run takes ``SLOW`` s (longer than the timeout).
 - ``stopped``: in run 2 rank 1 writes its pid after its launch of config 1; the test stops it there (SIGSTOP) and
   continues it; it goes on 1.5 s later; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
@@ -101,6 +104,23 @@ def layer_on(group, before=None, after=None):
         if after:
             after(runs[0])
         dist.all_reduce(out, group=group)
+        return out
+
+    return layer
+
+
+def layer_after_collective(after):
+    """The tuned layer of :func:`layer_on`, with ``after`` run after the world all_reduce (with the run's number)."""
+    contextual_virtual_clock()
+    runs = [0]
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x):
+        runs[0] += 1
+        out = torch.empty_like(x)
+        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        dist.all_reduce(out)
+        after(runs[0])
         return out
 
     return layer
@@ -213,6 +233,45 @@ def raised_in_the_final_run():
         layer_on(None, after=after)(torch.arange(64, dtype=torch.float32))
     except Exception as exc:
         emit(rank=me, error=type(exc).__name__, text=str(exc))
+
+
+@case
+def busy_in_a_subgroup():
+    """3 ranks: in run 2 rank 1 raises its own error after the world all_reduce; ranks 0 and 2 then make 40
+    all_reduces on the subgroup [0, 2], rank 2 computing 0.2 s before each: rank 0 waits inside collectives for
+    longer than the watchdog's grace, on rank 2, a healthy peer, never on rank 1."""
+    tdt.init_distributed()
+    me, sub = dist.get_rank(), dist.new_group([0, 2])
+
+    def after(run):
+        if run == 2 and me == 1:
+            raise RuntimeError("rank 1's own error after the world all_reduce")
+        if run == 2:
+            for _ in range(40):
+                if me == 2:
+                    time.sleep(0.2)
+                dist.all_reduce(torch.ones(4), group=sub)
+
+    try:
+        layer_after_collective(after)(torch.arange(64, dtype=torch.float32))
+    except Exception as exc:
+        emit(rank=me, error=type(exc).__name__, text=str(exc))
+
+
+@case
+def slow_final_run():
+    """No rank fails: the tuning call's final run (every key decided) takes ``SLOW`` s, longer than the timeout."""
+    from triton_dist_tune.contextual import intercept
+
+    tdt.init_distributed()
+
+    def after(run):
+        session = intercept._ACTIVE.get()
+        if session is not None and session.final_run:
+            time.sleep(float(os.environ["SLOW"]))
+
+    out = layer_on(None, after=after)(torch.arange(64, dtype=torch.float32))
+    emit(rank=dist.get_rank(), ok=bool(torch.equal(out, dist.get_world_size() * torch.arange(64.0))))
 
 
 @case

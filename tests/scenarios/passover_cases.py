@@ -2,8 +2,9 @@
 tests/test_passover.py.
 
 Usage: python passover_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; ``LEAVER``: the group rank
-interrupted; ``THEN``: what it does next: ``ends`` its process, ``lives`` on without calling the tuner again,
-calls ``again`` at once, or calls again ``late``, past the peers' grace). Each rank prints ``RESULT {json}`` lines.
+interrupted, or several, comma-separated; ``THEN``: what it does next: ``ends`` its process, ``lives`` on without
+calling the tuner again, calls ``again`` at once, or calls again ``late``, past the peers' grace). Each rank prints
+``RESULT {json}`` lines.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def left_after_the_last_exchange():
 
     tdt.init_distributed(backend="gloo")
     me, group = dist.get_rank(), resolve_group(None)
-    leaver, then = int(os.environ["LEAVER"]), os.environ["THEN"]
+    leavers, then = [int(r) for r in os.environ["LEAVER"].split(",")], os.environ["THEN"]
     folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
     os.makedirs(folder, exist_ok=True)
-    raised = os.path.join(folder, "raised")
-    done = [os.path.join(folder, f"done.{r}") for r in range(dist.get_world_size()) if r != leaver]
+    raised = [os.path.join(folder, f"raised.{r}") for r in leavers]
+    done = [os.path.join(folder, f"done.{r}") for r in range(dist.get_world_size()) if r not in leavers]
 
     def exchange(what: str) -> None:
         t0 = time.monotonic()
@@ -64,11 +65,11 @@ def left_after_the_last_exchange():
         emit(rank=me, what=what, seconds=time.monotonic() - t0, seq=group.exchanges(), **said)
 
     def rest() -> None:  # C (and D) on every rank, once the leaver was interrupted
-        if me != leaver:
-            waited_for([raised], 60)
+        if me not in leavers:
+            waited_for(raised, 60)
         with group.turn():
             exchange("C")
-        if then == "late" and me != leaver:
+        if then == "late" and me not in leavers:
             with group.turn():
                 exchange("C")
         if then not in ("again", "late"):
@@ -84,9 +85,9 @@ def left_after_the_last_exchange():
             with group.turn():
                 exchange("A")
                 in_a.set()
-                if me == leaver:
+                if me in leavers:
                     time.sleep(0.2)  # (the other thread, if any, waits for the turn meanwhile)
-                    open(raised, "w").close()
+                    open(raised[leavers.index(me)], "w").close()
                     raise KeyboardInterrupt
         except KeyboardInterrupt:
             emit(rank=me, what="A", error="KeyboardInterrupt")

@@ -134,8 +134,20 @@ def all_reduce_own_value():
     all-reduce of its job's ``JOB_VALUE``; prints the sum, or the error and how long it took to come. Where
     ``GO_FILE`` is set, it starts once that file exists (at most 60 s later); where ``UP_FILE`` is, it touches it
     once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s); where
-    ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its ``init_distributed``)."""
+    ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its ``init_distributed``);
+    where ``ARRIVE_FILE`` is set, it touches that file as its start's check of its rank's claim begins (a test then
+    knows it is in that check: ``group/claims.py`` ``Claims.arrive``)."""
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    if os.environ.get("ARRIVE_FILE"):
+        from triton_dist_tune.group import claims
+
+        arrive = claims.Claims.arrive
+
+        def arriving(self):
+            Path(os.environ["ARRIVE_FILE"]).touch()
+            return arrive(self)
+
+        claims.Claims.arrive = arriving
     if os.environ.get("LATE_RANK") == str(rank):
         time.sleep(float(os.environ["LATE_S"]))
     deadline = time.monotonic() + 60

@@ -24,7 +24,7 @@ from typing import Any
 from .. import settings
 from ..disk import logs
 from ..disk.cache import DiskCache
-from ..faults.inside import in_collective
+from ..faults.inside import waits_for
 from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, FailureReport, Group, default_timeout
@@ -42,6 +42,9 @@ _watching = threading.local()
 
 #: one launch as this rank records it: (config index, the clock's token or None, error or None)
 Record = tuple[int, Any, "str | None"]
+
+#: the final run's watchdog deadline (s): none in effect (a year); the run is watched for the peers' reports alone
+FINAL_RUN_S = 365 * 24 * 3600.0
 
 
 class TunerState:
@@ -207,10 +210,12 @@ class CallState:
         # this call's own deadline; its monitor reads the peers' beats on the call's board (:meth:`_hung`)
         self._guard = self._guard or WATCHDOG.guard(self.board, rank=self.group.rank)
         # a peer's report that its run raised ends this rank after the grace while it waits inside a collective of
-        # torch.distributed (for that peer, who never comes: :meth:`_left`); a rank doing anything else goes on
-        thread = threading.get_ident()
-        self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung, index=-1, on_peer=self._left,
-                        step=f"run {self.runs - 1}", waiting=lambda: in_collective(thread))
+        # torch.distributed whose group holds that peer, who never comes (:meth:`_left`); a rank doing anything else
+        # goes on. The final run has no deadline (its launches are not timed, and it may take any time): the watch alone
+        thread, members = threading.get_ident(), self.group.member_ranks
+        self._guard.arm(self.timeout if not self.final_run else FINAL_RUN_S, f"{self.label} run {self.runs - 1}",
+                        self._hung, index=-1, on_peer=self._left, step=f"run {self.runs - 1}",
+                        waiting=lambda ranks: waits_for(thread, [members[r] if r < len(members) else r for r in ranks]))
 
     def disarm(self) -> None:
         """End this run's watchdog deadline (the run is over), if it has one."""

@@ -97,9 +97,12 @@ class Guard:
         self.on_fire: Callable[[], str | None] | None = None
         self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
+        #: the peers' reports of the phase last read on the board: their grace goes on where the board cannot be read
+        #: any more (the store's host, a peer in the same wait, ended at its own grace's end a moment earlier)
+        self.reported: list[Any] = []
         #: whether the phase waits for its peers now (None: taken as always): the grace after a peer's report counts
         #: only while it does (``waiting_since``: since when, None while it does not)
-        self.waiting: Callable[[], bool] | None = None
+        self.waiting: Callable[[list[int]], bool] | None = None
         self.waiting_since: float | None = None
         #: when the phase (or its current run, :meth:`restart`) began (``time.monotonic``)
         self.began = 0.0
@@ -112,7 +115,7 @@ class Guard:
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], str | None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0,
-            waiting: Callable[[], bool] | None = None) -> None:
+            waiting: Callable[[list[int]], bool] | None = None) -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
         ``index`` and a board, end it (after ``on_peer``, which journals the report's evidence and returns a
         sentence saying what it journaled, for the message) when another rank posts a failure in this phase's
@@ -120,8 +123,9 @@ class Guard:
         for a rank that failed in the previous one), or, for reports that name no step, in config ``index``. A
         report of another config of the step ends it only after ``patience`` seconds (at least the grace): the
         time this phase may take when it is not stuck (a rank-local function is never stuck). With ``waiting``
-        (whether the phase's thread waits for its peers now: a contextual run inside a collective), the grace counts
-        only while it does: a rank that goes on with other work after a peer's report is not stuck on that peer."""
+        (whether the phase's thread waits now for one of the reporting peers, by their ranks on the board: a
+        contextual run inside a collective of a group that holds one), the grace counts only while it does: a rank
+        that goes on with other work after a peer's report, or waits on other peers, is not stuck on that peer."""
         with self._dog.cond:
             self.began = time.monotonic()
             self.waiting, self.waiting_since = waiting, None
@@ -130,6 +134,7 @@ class Guard:
             self.patience = patience
             self.on_fire, self.on_peer = on_fire, on_peer
             self.seen, self.credited, self.first_looked, self.looked = {}, 0.0, False, False
+            self.reported = []
         self._dog.watch(self)
 
     def restart(self) -> None:
@@ -308,13 +313,15 @@ class Watchdog:
         if not guard.watches_board or index is None:
             return
         try:
-            reports = [r for r in guard.board.read() if r.rank != guard.rank and (not r.ended or r.interrupted)
-                       and (r.step == guard.step if r.step and guard.step else r.index == index)]
-        except Exception:  # the store is going away: the deadline still holds
-            return
+            reports = guard.reported = [r for r in guard.board.read() if r.rank != guard.rank and
+                                        (not r.ended or r.interrupted) and
+                                        (r.step == guard.step if r.step and guard.step else r.index == index)]
+        except Exception:  # the store is going away: the deadline holds, and the grace of the reports read before
+            reports = guard.reported
         now = time.monotonic()
         if guard.waiting is not None and reports:
-            guard.waiting_since = (guard.waiting_since or now) if guard.waiting() else None
+            waiting = guard.waiting([report.rank for report in reports])
+            guard.waiting_since = (guard.waiting_since or now) if waiting else None
             if guard.waiting_since is None:
                 return
         for report in reports:

@@ -25,9 +25,11 @@ timeout for "ranks [0]". Now (:class:`Claims`, run inside :func:`~triton_dist_tu
 - a process that comes after the job's start ended (the second of two processes started as rank 1 of a job of two)
   gets no answer from rank 0, which names no attempt any more: before its hello it reads ``current``
   (:meth:`Claims.arrive`); where that start's claim of its rank is a live process's and this process took no part
-  in that start, it ends the same way, unless within :data:`GRACE_S` a new start begins (rank 0 names another, or a
-  process of that start says it starts again: ``again/<name>``), as when the job's processes start again after
-  ``destroy_process_group`` with this one among the ranks.
+  in that start, it waits for a new start to begin (rank 0 names another, or a process of that start says it starts
+  again: ``again/<name>``), as when the job's processes start again after ``destroy_process_group`` with this one
+  among the ranks, or a rank's new process replaces one that lingers. Where none begins within its init timeout, or
+  the job's store goes away meanwhile (the job ended), it ends the same way. (A first version waited at most 3 s
+  and refused a replacement that came more than 3 s before its job's new start.)
 
 Each rank's share is a few requests at its start, none after.
 """
@@ -45,9 +47,6 @@ from ..errors import AutotuneError
 from .epoch import Halt
 from .note import process_gone, this_process
 
-#: the longest a process that found its rank held by a live process of the job's last start waits for a new start
-#: to begin before it ends as the second claimant (s; and at most a quarter of the init timeout)
-GRACE_S = 3.0
 #: the names of the starts this process claimed a rank in (or, as rank 0, named): a later start of the same
 #: processes is no newcomer's (:meth:`Claims.arrive`)
 _member: set[str] = set()
@@ -114,11 +113,12 @@ def twice_said(rank: int, first: str, second: str) -> str:
 class Claims:
     """One start's claims of rank numbers in the job's ``store`` (rank 0 hosts it), under keys starting with ``base``
     (see the module docstring). ``rank`` and ``world``: this process's; ``where``: the store, as messages say it;
-    ``join_s``: the init timeout."""
+    ``join_s``: the init timeout, the longest a process that found its rank held by a live process of the job's
+    last start waits for a new start."""
 
     def __init__(self, store: Any, base: str, rank: int, world: int, where: str, join_s: float) -> None:
         self.store, self.base, self.rank, self.world, self.where = store, base, rank, world, where
-        self.grace_s = min(GRACE_S, join_s / 4)
+        self.join_s = join_s
         #: rank 0: the name of its start and the reports of it read so far
         self._name, self._seen = "", 0
 
@@ -135,8 +135,9 @@ class Claims:
 
     def arrive(self) -> None:
         """A rank other than 0, before its hello: where the job's last start holds this rank for a live process
-        and this process took no part in it, wait up to :attr:`grace_s` for a new start, else end as the second
-        claimant (:meth:`_refuse`). A process of that start says that it starts again (``again/<name>``)."""
+        and this process took no part in it, wait up to the init timeout for a new start (at once where that start
+        is still on: the claim is of this one), else end as the second claimant (:meth:`_refuse`), as where the
+        store goes away meanwhile. A process of that start says that it starts again (``again/<name>``)."""
         last = self._get(f"{self.base}current")
         if last is None:
             return
@@ -146,10 +147,13 @@ class Claims:
         theirs = self._get(f"{self.base}claim/{last}/{self.rank}")
         if theirs is None or theirs == mine() or gone(theirs):
             return
-        deadline = time.monotonic() + (self.grace_s if self._get(f"{self.base}joined/{last}") is not None else 0)
+        deadline = time.monotonic() + (self.join_s if self._get(f"{self.base}joined/{last}") is not None else 0)
         while True:
-            if self._get(f"{self.base}current") != last or int(self.store.add(f"{self.base}again/{last}", 0)) > 0:
-                return
+            try:
+                if self._get(f"{self.base}current") != last or int(self.store.add(f"{self.base}again/{last}", 0)):
+                    return
+            except Exception:  # the store's host (rank 0) ended: the job this process came to join is over
+                self._refuse(last, theirs)
             if time.monotonic() >= deadline:
                 self._refuse(last, theirs)
             time.sleep(0.1)

@@ -95,16 +95,17 @@ def come_back(store: Any, key: str, payload: bytes) -> None:
         log.debug("triton_dist_tune: could not settle this rank's 'left' record %s: %s", key, exc)
 
 
-def settle(group: Any, key: str, payload: bytes, rank: int, timeout: float) -> bytes:
+def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> bytes:
     """``payload``, read under ``key`` by a rank of ``group`` (a :class:`.store.StoreGroup`): where it is an
     unsettled "left" record (of group rank ``rank``), the record settled (see the module's docstring), else
-    ``payload`` itself. Past the turn, this waits up to :func:`grace` (``timeout``: the exchange's deadline)."""
+    ``payload`` itself. Past the turn, this waits until ``until`` at most (``time.monotonic``: the end of the
+    exchange's one :func:`grace`, shared by every record it reads, so that several ranks left cost one grace)."""
     left = unsettled(payload)
     if left is None:
         return payload
     store, global_rank, out = group.store, group.global_ranks[rank], _settled(left, OUT)
     past = group.turn_began() >= left.held
-    deadline = time.monotonic() + (grace(timeout) if past else 0.0)
+    deadline = until if past else 0.0
     try:
         while past and not _ended(store, left, global_rank):
             now = time.monotonic()

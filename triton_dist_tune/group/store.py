@@ -165,7 +165,8 @@ class StoreGroup(Group):
         with _undone_on_a_note(self, seq, None):
             self._wait(keys, what, timeout, _arrivals(self, seq, range(1, self.size)))
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
-        payloads = [passover.settle(self, keys[r - 1], bytes(payloads[r - 1]), r, timeout) for r in range(1, self.size)]
+        until = time.monotonic() + passover.grace(timeout)  # (one grace for all the records the exchange reads)
+        payloads = [passover.settle(self, keys[r - 1], bytes(payloads[r - 1]), r, until) for r in range(1, self.size)]
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
         self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
         self._sent = seq
@@ -185,8 +186,8 @@ class StoreGroup(Group):
         peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
         with _undone_on_a_note(self, seq, mine):
             self._wait([combined], what, timeout, SeenFrom(peers))
-        payload = passover.settle(self, combined, bytes(self._request(lambda: self.store.get(combined), what,
-                                                                      started)), 0, timeout)
+        payload = bytes(self._request(lambda: self.store.get(combined), what, started))
+        payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
         _tidy(self, mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank, self.turn_began())
 
