@@ -653,7 +653,8 @@ def test_a_rank_interrupted_waiting_for_its_turns_last_result_tells_only_a_peer_
     s: rank 1 calls again at once, which a loaded CI host once took more than the default grace of 5 s to do (rank
     0's C raised, and the ranks' later exchanges, a step apart by the scenario's design, waited out the deadlines)."""
     results = run_ranks(CASES, 2, ["interrupted_in_the_last_exchanges_wait"],
-                        env={**tuner_env(tmp_path, 120), "PASSOVER_GRACE_S": "25"}, timeout=170)
+                        env={**tuner_env(tmp_path, 120), "PASSOVER_GRACE_S": "25",  # (the wait's first slice,
+                             "TRITON_DIST_AUTOTUNE_PROGRESS_S": "1"}, timeout=170)  # blocking in C: short)
     said = {(r["rank"], r["variant"], r["what"]): r for result in results for r in result.results}
     assert all(result.returncode == 0 for result in results), describe(results)
     for variant in ("past", "inside"):

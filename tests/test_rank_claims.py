@@ -82,11 +82,15 @@ def test_a_rank_started_twice_at_once_in_a_job_of_two_is_named_and_never_ends_in
     that line, else rank 0 and the first claimant all-reduce (2.0), and the second, come after the start and waiting
     for a new one, is named as the job ends. Before: both took part in the naming and went into torch's
     ``init_process_group``: one failed in gloo, or waited the init timeout for "ranks [0]"."""
-    # (the job, if it starts, holds its store until it is up or a process has ended)
-    hold, up = tmp_path / "hold", tmp_path / "up"
-    procs = _started_alike(tmp_path, free_port(), 2, [0, 1, 1], HOLD_FILE=str(hold), UP_FILE=str(up))
+    # (the job, if it starts, holds its store until a process has ended, or until it is up and both processes of
+    # rank 1 have begun their check of its claim: a second one that came after the start waits in it, and is named
+    # as the job ends; one that came after the job ended would find no store)
+    hold, up, arrived = tmp_path / "hold", tmp_path / "up", tmp_path / "arrived"
+    procs = _started_alike(tmp_path, free_port(), 2, [0, 1, 1], HOLD_FILE=str(hold), UP_FILE=str(up),
+                           ARRIVE_FILE=str(arrived))
     deadline = time.monotonic() + 90
-    while all(p.poll() is None for p in procs) and not up.exists() and time.monotonic() < deadline:
+    while all(p.poll() is None for p in procs) and not (up.exists() and len(list(tmp_path.glob("arrived.*"))) == 2) \
+            and time.monotonic() < deadline:
         time.sleep(0.02)
     hold.touch()
     said = [_ended(proc, 90) for proc in procs]
@@ -137,7 +141,10 @@ def test_a_rank_started_again_while_its_job_runs_is_named_when_the_job_ends_mean
     job = _started_alike(tmp_path, port, 2, [0, 1], UP_FILE=str(up), HOLD_FILE=str(hold))
     _wait_for(up, job)
     second = _alike(tmp_path, port, 2, 1, init_s=60, ARRIVE_FILE=str(arrived))
-    _wait_for(arrived, job + [second])
+    deadline = time.monotonic() + 60  # (the second process alone says when its check begins)
+    while not list(tmp_path.glob("arrived.*")):
+        assert second.poll() is None and time.monotonic() < deadline, second.communicate()
+        time.sleep(0.02)
     time.sleep(1)
     hold.touch()
     assert [_ended(p, 60).get("sum") for p in job] == [2.0, 2.0]

@@ -286,6 +286,11 @@ def interrupted_in_the_last_exchanges_wait():
 
     from triton_dist_tune.group.resolve import resolve_group
 
+    # SIGINT as a terminal gives it, to the main thread: in two full-suite CI runs rank 1 was never interrupted (it
+    # waited in B until rank 0 gave up waiting for it, and the test ran out), which neither a lone run nor one beside
+    # 6 workers showed; an ignored SIGINT inherited from the process that started the test server, or a signal taken
+    # by the sending thread while the main thread waits in C, would do it: neither can now
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     tdt.init_distributed(backend="gloo")
     me, group = dist.get_rank(), resolve_group(None)
     folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
@@ -305,7 +310,7 @@ def interrupted_in_the_last_exchanges_wait():
             while group._sent < seq:
                 time.sleep(0.01)
             time.sleep(0.2)  # (inside the wait for B's result: rank 0 comes only once rank 1 caught this)
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
         try:
             with group.turn():

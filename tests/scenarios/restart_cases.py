@@ -135,8 +135,8 @@ def all_reduce_own_value():
     ``GO_FILE`` is set, it starts once that file exists (at most 60 s later); where ``UP_FILE`` is, it touches it
     once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s); where
     ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its ``init_distributed``);
-    where ``ARRIVE_FILE`` is set, it touches that file as its start's check of its rank's claim begins (a test then
-    knows it is in that check: ``group/claims.py`` ``Claims.arrive``)."""
+    where ``ARRIVE_FILE`` is set, it touches that path with ``.PID`` added as its start's check of its rank's claim
+    begins (a test then knows it is in that check: ``group/claims.py`` ``Claims.arrive``)."""
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
     if os.environ.get("ARRIVE_FILE"):
         from triton_dist_tune.group import claims
@@ -144,7 +144,7 @@ def all_reduce_own_value():
         arrive = claims.Claims.arrive
 
         def arriving(self):
-            Path(os.environ["ARRIVE_FILE"]).touch()
+            Path(f"{os.environ['ARRIVE_FILE']}.{os.getpid()}").touch()
             return arrive(self)
 
         claims.Claims.arrive = arriving
