@@ -152,6 +152,19 @@ def run_process(script: str | Path, args: list[str] | None = None, env: dict[str
     return subprocess.CompletedProcess([sys.executable, str(script), *args], proc.returncode, out, err)
 
 
+def ended_result(proc: Any, timeout: float) -> dict:
+    """The last ``RESULT`` of a process from :func:`spawn` once it has ended (killed after ``timeout`` seconds);
+    asserts that it exited 0 and printed one."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except Exception:
+        proc.kill()
+        out, err = proc.communicate()
+    results = parse_results(out)
+    assert proc.returncode == 0 and results, (proc.returncode, out[-2000:], err[-3000:])
+    return results[-1]
+
+
 def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
               timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None,
               stuck: Sequence[int] = (), wrap: dict[int, Sequence[str]] | None = None) -> list[RankResult]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from harness import ended_result
 
 import triton_dist_tune as tdt
 from triton_dist_tune.group.rendezvous import IDENTITY_VARIABLES
@@ -212,19 +213,6 @@ def _job_rank(port: int, job: str, rank: int, value: float, env: dict[str, str])
     return spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"], rank_env)
 
 
-def _ended(proc, timeout: float) -> dict:
-    from harness import parse_results
-
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except Exception:
-        proc.kill()
-        out, err = proc.communicate()
-    results = parse_results(out)
-    assert proc.returncode == 0 and results, (proc.returncode, out[-2000:], err[-3000:])
-    return results[-1]
-
-
 @pytest.mark.timeout(120)
 def test_a_second_job_on_the_same_port_ends_at_once_and_never_joins_the_first(tmp_path):
     """Two jobs of 2 ranks started without torchrun's agent (rank 0 hosts the store) on one host and one port, each
@@ -253,10 +241,10 @@ def test_a_second_job_on_the_same_port_ends_at_once_and_never_joins_the_first(tm
         except OSError:
             time.sleep(0.02)
     go_b.touch()
-    b0, b1 = (_ended(proc, 60) for proc in others)
+    b0, b1 = (ended_result(proc, 60) for proc in others)
     go_a1.touch()
-    a1 = _ended(last, 60)
-    a0 = _ended(first, 60)
+    a1 = ended_result(last, 60)
+    a0 = ended_result(first, 60)
     assert (a0.get("sum"), a1.get("sum")) == (2.0, 2.0), (a0, a1, b0, b1)
     assert b0.get("error") == "AutotuneError" and f"port {port} is in use (MASTER_PORT={port}" in b0["message"], b0
     assert b1.get("error") == "AutotuneError" and "is another job's (MASTER_PORT=" in b1["message"], b1
@@ -288,9 +276,9 @@ def test_two_one_rank_processes_without_master_port_both_start_on_one_host(tmp_p
     while not up.exists():
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.02)
-    second = _ended(alone(5), 60)
+    second = ended_result(alone(5), 60)
     hold.touch()
-    assert (_ended(first, 60).get("sum"), second.get("sum")) == (1.0, 5.0), second
+    assert (ended_result(first, 60).get("sum"), second.get("sum")) == (1.0, 5.0), second
 
 
 @pytest.mark.timeout(150)
@@ -366,7 +354,7 @@ def test_a_master_addr_with_spaces_around_it_starts_the_job(tmp_path):
                              "MASTER_PORT": str(port), "MASTER_ADDR": " 127.0.0.1 ", "PMIX_NAMESPACE": "job-A",
                              "JOB_VALUE": "1"}))
              for rank in (0, 1)]
-    assert [_ended(proc, 90).get("sum") for proc in ranks] == [2.0, 2.0]
+    assert [ended_result(proc, 90).get("sum") for proc in ranks] == [2.0, 2.0]
 
 
 @pytest.mark.timeout(30)
@@ -445,9 +433,10 @@ def test_a_rank_whose_port_holds_a_program_that_never_answers_ends_within_the_in
 @pytest.mark.timeout(120)
 def test_ranks_of_one_job_that_disagree_on_its_size_are_told_so_not_to_change_the_port(tmp_path):
     """Two ranks of one job (one ``PMIX_NAMESPACE``, one port), rank 0 with ``WORLD_SIZE=2`` and rank 1 with
-    ``WORLD_SIZE=3`` (a launch script's mistake): rank 1 ends at once with one line saying the ranks disagree on
-    the job's size, naming both. Before: "is another job's ... give each job its own MASTER_PORT", advice for two
-    jobs on one port that cannot help here."""
+    ``WORLD_SIZE=3`` (a launch script's mistake): rank 1 ends within its init timeout (8 s: it waits that long for
+    rank 0 to start a job of its size, as a job started again with fewer ranks in the same processes does) with one
+    line saying the ranks disagree on the job's size, naming both. Before: "is another job's ... give each job its
+    own MASTER_PORT", advice for two jobs on one port that cannot help here."""
     from pathlib import Path
 
     from harness import HERE, base_env, free_port, spawn, tuner_env
@@ -462,8 +451,8 @@ def test_ranks_of_one_job_that_disagree_on_its_size_are_told_so_not_to_change_th
                                "JOB_VALUE": "1"}))
 
     first, second = rank_of(0, 2), rank_of(1, 3)
-    said = _ended(second, 60)
+    said = ended_result(second, 60)
     assert said.get("error") == "AutotuneError", said
     assert "disagree on its size" in said["message"] and "world size of 2, this rank 3" in said["message"], said
     assert "MASTER_PORT" not in said["message"], said
-    assert _ended(first, 60).get("error") == "GroupTimeoutError"  # (rank 0: rank 1 never took part)
+    assert ended_result(first, 60).get("error") == "GroupTimeoutError"  # (rank 0: rank 1 never took part)

@@ -47,7 +47,8 @@ def swapped_after_destroy():
 @case
 def shrunk_after_destroy():
     """Start 3 ranks, all-reduce, ``destroy_process_group``; then the job goes on with 2: rank 1 leaves (its process
-    lives on for ``LINGER_S`` seconds, then ends) and rank 2 starts again as rank 1 (``WORLD_SIZE=2``)."""
+    lives on for ``LINGER_S`` seconds, then ends) and rank 2 starts again as rank 1 (``WORLD_SIZE=2``); rank 0
+    ``ZERO_LATE_S`` seconds later (the new rank 1 then reads the first start's world size in rank 0's store)."""
     if not _start(1):
         return
     rank = int(os.environ["RANK"])
@@ -55,6 +56,8 @@ def shrunk_after_destroy():
         time.sleep(float(os.environ.get("LINGER_S", "0")))
         emit(step=2, left=True)
         return
+    if rank == 0:
+        time.sleep(float(os.environ.get("ZERO_LATE_S", "0")))
     os.environ["WORLD_SIZE"], os.environ["RANK"] = "2", str({2: 1}.get(rank, rank))
     _start(2)
 

@@ -110,7 +110,8 @@ def layer_on(group, before=None, after=None):
 
 
 def layer_after_collective(after):
-    """The tuned layer of :func:`layer_on`, with ``after`` run after the world all_reduce (with the run's number)."""
+    """The tuned layer of :func:`layer_on`, with ``after`` run after the world all_reduce (with the run's number
+    and the input)."""
     contextual_virtual_clock()
     runs = [0]
 
@@ -120,7 +121,7 @@ def layer_after_collective(after):
         out = torch.empty_like(x)
         copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
         dist.all_reduce(out)
-        after(runs[0])
+        after(runs[0], x)
         return out
 
     return layer
@@ -190,27 +191,16 @@ def raised_after_the_collective():
     work for longer than the watchdog's grace (7 s: a sleep, then one more launch) before its run ends."""
     tdt.init_distributed()
     me = dist.get_rank()
-    contextual_virtual_clock()
-    runs = [0]
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
-    def layer(x):
-        runs[0] += 1
-        out = torch.empty_like(x)
-        def grid(meta):
-            return (triton.cdiv(x.numel(), meta["BLOCK"]),)
-
-        copy_kernel[grid](x, out, x.numel())
-        dist.all_reduce(out)
-        if runs[0] == 2 and me == 1:
+    def after(run, x):
+        if run == 2 and me == 1:
             raise RuntimeError("rank 1's own error after the collective")
-        if runs[0] == 2:
+        if run == 2:
             time.sleep(7)
-            copy_kernel[grid](x, torch.empty_like(x), x.numel())
-        return out
+            copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, torch.empty_like(x), x.numel())
 
     try:
-        layer(torch.arange(64, dtype=torch.float32))
+        layer_after_collective(after)(torch.arange(64, dtype=torch.float32))
     except Exception as exc:
         emit(rank=me, error=type(exc).__name__, text=str(exc))
 
@@ -243,7 +233,7 @@ def busy_in_a_subgroup():
     tdt.init_distributed()
     me, sub = dist.get_rank(), dist.new_group([0, 2])
 
-    def after(run):
+    def after(run, x):
         if run == 2 and me == 1:
             raise RuntimeError("rank 1's own error after the world all_reduce")
         if run == 2:

@@ -45,6 +45,8 @@ from . import epoch, mpi_start, store_silence
 DEFAULT_PORT = 29500
 #: the key of the job's token in its store (:func:`publish`)
 TOKEN_KEY = "triton_dist_tune/job_token"
+#: how often a rank that found this job's token with another world size reads it again (s): :func:`check`
+STALE_LOOK_S = 0.1
 #: the launcher's variables that name a job (the same on each of its ranks, another in each job), in the token
 IDENTITY_VARIABLES = (*settings.JOB_VARIABLES, "SLURM_STEP_ID")
 #: what every message of a store that is not this job's ends with
@@ -183,26 +185,41 @@ def publish(store: Any, meeting: Meeting) -> None:
 def check(store: Any, meeting: Meeting, rank: int, where: str, seconds: float) -> None:
     """A rank other than the store's host, just connected: return where the store holds this job's token (rank 0
     writes it as soon as the store listens), else raise one line naming ``MASTER_PORT``: another job's token, or
-    none within ``seconds`` (another program's store, or a job of an earlier version of this package)."""
+    none within ``seconds`` (another program's store, or a job of an earlier version of this package). This job's
+    token with another world size is waited for to change, up to ``seconds``: rank 0 keeps its store when the job
+    starts again in the same processes with fewer ranks (after ``destroy_process_group``), and writes the new size
+    only when its own ``init_distributed`` comes, which a rank of the new start may reach first."""
+    deadline, theirs = time.monotonic() + seconds, ""
     try:
         store.set_timeout(timedelta(seconds=seconds))
         theirs = bytes(store.get(TOKEN_KEY)).decode(errors="replace")
+        while _resized(theirs, meeting.token) and time.monotonic() < deadline:
+            time.sleep(STALE_LOOK_S)
+            theirs = bytes(store.get(TOKEN_KEY)).decode(errors="replace")
     except Exception as exc:
         if store_silence.was_cut():
             raise
-        raise AutotuneError(f"init_distributed: rank {rank} found no job's token at {where} within {seconds:g} s "
-                            f"({meeting.said}; {describe_error(exc)}): another program's store listens there; "
-                            f"{ADVICE}") from None
-    (job, _, world), (ours, _, own) = theirs.rpartition(" world="), meeting.token.rpartition(" world=")
-    if theirs != meeting.token and job == ours and not ours.startswith("mpi="):  # one job, two sizes: not a port's
+        if not _resized(theirs, meeting.token):  # (else rank 0 ended meanwhile, its size still another: said below)
+            raise AutotuneError(f"init_distributed: rank {rank} found no job's token at {where} within {seconds:g} s "
+                                f"({meeting.said}; {describe_error(exc)}): another program's store listens there; "
+                                f"{ADVICE}") from None
+    if _resized(theirs, meeting.token):  # one job, two sizes: not a port's
+        world, own = theirs.rpartition(" world=")[2], meeting.token.rpartition(" world=")[2]
         raise AutotuneError(f"init_distributed: rank {rank}: the job's ranks disagree on its size: rank 0, which "
                             f"hosts {where}, has a world size of {world[:20]}, this rank {own} (the launcher's "
-                            f"{', '.join(settings.SIZE_VARIABLES)}): give every rank of the job the same"
+                            f"{', '.join(settings.SIZE_VARIABLES)}; rank 0's did not change while this rank waited): "
+                            "give every rank of the job the same"
                             + ("" if identity() else f"; or, the launcher naming no job, another job's store listens "
                                f"there ({meeting.said}): {ADVICE}"))
     if theirs != meeting.token:
         raise AutotuneError(f"init_distributed: rank {rank}: {where} is another job's ({meeting.said}): its job is "
                             f"'{theirs[:200]}', this rank's '{meeting.token}'; {ADVICE}")
+
+
+def _resized(theirs: str, ours: str) -> bool:
+    """Whether the token ``theirs`` is this job's (``ours``) with another world size (not an mpi4py-agreed one)."""
+    (job, _, _), (mine, _, _) = theirs.rpartition(" world="), ours.rpartition(" world=")
+    return theirs != ours and job == mine and not mine.startswith("mpi=")
 
 
 def port_in_use(exc: BaseException) -> bool:
