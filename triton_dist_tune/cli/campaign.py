@@ -203,7 +203,7 @@ def _default_group() -> Any:
     """torch.distributed's default group where it exists, else None (a job of one process)."""
     import torch.distributed as dist
 
-    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+    return dist.group.WORLD if _group_started() else None
 
 
 def _group_started() -> bool:
