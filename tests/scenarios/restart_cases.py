@@ -136,7 +136,8 @@ def all_reduce_own_value():
     once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s); where
     ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its ``init_distributed``);
     where ``ARRIVE_FILE`` is set, it touches that path with ``.PID`` added as its start's check of its rank's claim
-    begins (a test then knows it is in that check: ``group/claims.py`` ``Claims.arrive``)."""
+    begins (a test then knows it is in that check: ``group/claims.py`` ``Claims.arrive``); where ``CLAIMED_FILE`` is
+    set, it touches that file once it has claimed its rank in the start, and stalls there (``Claims.claim``)."""
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
     if os.environ.get("ARRIVE_FILE"):
         from triton_dist_tune.group import claims
@@ -148,6 +149,17 @@ def all_reduce_own_value():
             return arrive(self)
 
         claims.Claims.arrive = arriving
+    if os.environ.get("CLAIMED_FILE"):  # (a test kills this process once it has claimed its rank, before it confirms)
+        from triton_dist_tune.group import claims
+
+        claim = claims.Claims.claim
+
+        def claimed(self, name):
+            claim(self, name)
+            Path(os.environ["CLAIMED_FILE"]).touch()
+            time.sleep(60)
+
+        claims.Claims.claim = claimed
     if os.environ.get("LATE_RANK") == str(rank):
         time.sleep(float(os.environ["LATE_S"]))
     deadline = time.monotonic() + 60
