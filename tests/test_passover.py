@@ -92,7 +92,10 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
     """The closing review's reproduction (``tune_exit_after_last``): rank 1's rank log raises KeyboardInterrupt at
     the decision's line of key 8. ``ends``: its process ends, and rank 0's tuning of key 16 raises RankFailedError
     naming the interruption within seconds (with the pass-over of 217ffa74 it waited T). ``again``: rank 1 calls key
-    16 at once, and both tune it together with no error (before, on main: rank 0's call raised RankFailedError)."""
+    16 at once, and both tune it together with no error (before, on main: rank 0's call raised RankFailedError);
+    then both call key 8 again, which the interrupted rank had decided too (the decision is kept once agreed, before
+    its line is logged), and both tune key 32 (before: rank 1 tuned key 8 again, against rank 0's key 32, and both
+    raised MismatchError, then rank 1's key 32 waited T)."""
     results = run_ranks(CASES, 2, ["tune_left_at_the_decision"], timeout=180, env={
         **(tuner_env(tmp_path, T_AGAIN) | AGAIN if then == "again" else tuner_env(tmp_path, T)), "THEN": then})
     said = said_by(results)
@@ -104,9 +107,11 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
         assert told["seconds"] < PROMPT_S, told
         return
     assert results[1].returncode == 0, describe(results)
-    both = [said[(r, 16)] for r in (0, 1)]
-    assert all(b["error"] is None for b in both) and both[0]["value"] == both[1]["value"], both
-    assert all(b["seconds"] < AGAIN_S for b in both), both
+    for what in (16, "8 again", 32):
+        both = [said[(r, what)] for r in (0, 1)]
+        assert all(b["error"] is None for b in both) and both[0]["value"] == both[1]["value"], both
+        assert all(b["seconds"] < AGAIN_S for b in both), both
+    assert said[(0, "8 again")]["value"] == said[(0, 8)]["value"], said  # key 8's decision, served from memory
 
 
 @pytest.mark.timeout(200)

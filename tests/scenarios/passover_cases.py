@@ -165,8 +165,9 @@ def contextual_left_at_its_end():
 def tune_left_at_the_decision():
     """The closing review's case (``tune_exit_after_last``): rank 1's rank log raises KeyboardInterrupt at the
     decision's line of an ``autotune`` tuning (key 8), after the tuning's last exchange; ``THEN=ends``: not caught,
-    its process ends; ``again``: caught, and it calls key 16 at once. Rank 0 tunes key 8, then key 16. Each rank
-    emits what each call gave and how long it took."""
+    its process ends; ``again``: caught, and it calls key 16 at once. Rank 0 tunes key 8, then key 16; with
+    ``again`` both then call key 8 again (``what``: "8 again"), decided on both, and tune key 32. Each rank emits
+    what each call gave and how long it took."""
     from triton_dist_tune.disk import logs
 
     tdt.init_distributed(backend="gloo")
@@ -186,7 +187,7 @@ def tune_left_at_the_decision():
     def last(x, *, c):
         return x * c
 
-    for n in (8, 16):
+    for i, n in enumerate((8, 16) if then == "ends" else (8, 16, 8, 32)):
         t0 = time.monotonic()
         try:
             said = {"error": None, "value": float(last(torch.ones(n)).sum())}
@@ -197,7 +198,7 @@ def tune_left_at_the_decision():
             if then == "ends":
                 raise
             continue
-        emit(rank=me, n=n, seconds=time.monotonic() - t0, **said)
+        emit(rank=me, n=n, seconds=time.monotonic() - t0, **said, **({"what": "8 again"} if i == 2 else {}))
     if then == "ends":
         _end([])
 

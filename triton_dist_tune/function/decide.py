@@ -162,10 +162,11 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
              store: Callable[[], Any] | None, replicas: int = 1) -> None:
     """Every rank raises the same error when no config is usable (``replicas``: how many replicas of ``group``
     tuned as one, whose errors the decision holds: :func:`failure_text`); else group rank 0 calls ``store`` (None:
-    this rank does not write the cache), and the group waits for it. The decision itself is already identical on every
-    rank (it was computed from exchanged data only), but for a search's summary (:attr:`Decision.search`): its
-    seconds are each rank's own (a rank leaves the group's last exchange at its own time), so the exchange that waits
-    for the write carries rank 0's, the one the cache holds, and every rank takes and logs it. (The decision's own
+    this rank does not write the cache), and the group waits for it; nothing is logged (:func:`say_decision`). The
+    decision itself is already identical on every rank (it was computed from exchanged data only), but for a
+    search's summary (:attr:`Decision.search`): its seconds are each rank's own (a rank leaves the group's last
+    exchange at its own time), so the exchange that waits for the write carries rank 0's, the one the cache holds,
+    and every rank takes and logs it. (The decision's own
     :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay this rank's: figures
     of this rank, which nothing agreed reads.)"""
     if decision.index < 0:
@@ -181,6 +182,10 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
     agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written", timeout=timeout)
     decision.search = agreed if isinstance(agreed, str) else ""
+
+
+def say_decision(label: str, decision: Decision) -> None:
+    """The rank log's lines of a decision every rank has (:func:`conclude`): the search's summary, then the choice."""
     if decision.search:
         logs.rank_log().info("%s %s", label, decision.search)
     logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s%s", label, decision.index,

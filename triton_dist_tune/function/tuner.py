@@ -139,7 +139,9 @@ class Tuner(TunedFunction):
             if config is not None and problem:
                 raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
             if config is None:
-                config = self._decided(table, slot, group, key, tuning().run(key_error, problem or env_problem))
+                tuned = tuning()
+                tuned.agreed = lambda chosen: self._decided(table, slot, group, key, chosen)
+                config = tuned.run(key_error, problem or env_problem)
         return self._run(args, kwargs, config, overwrite)
 
     def _cached(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, tuning: Callable[[], Tuning],

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -64,6 +65,7 @@ from .decide import (
     decide,
     decision_from_record,
     raise_with_own_cause,
+    say_decision,
     served,
     warn_if_another_group_chose_otherwise,
 )
@@ -87,6 +89,10 @@ class Tuning:
 
     env: settings.Settings  #: the settings as the environment says when the tuning starts
     rank_local: dict[str, Any] | None = None  #: a rank-local campaign's decision: its record's ``rank_local`` field
+    #: the caller's keeper of the chosen config, called once every rank has the choice (served or tuned), before
+    #: anything is logged of it: a rank interrupted after that (a log handler or Ctrl-C at the decision's line) keeps
+    #: the decision its peers keep, so a later call of the key finds it decided on every rank, not on some
+    agreed: Callable[[dict[str, Any]], None] | None = None
 
     def __init__(self, tuner: TunedFunction, group: Group, key: Any, args: tuple, kwargs: dict[str, Any],
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
@@ -128,7 +134,6 @@ class Tuning:
             decision = self._tune(kept)
         finally:
             random_state.put_back()
-        tuner.decisions[(group.name, self.key)] = decision
         if group.rank == 0 and logs.printing_enabled(self.verbose):
             logs.print_summary(tuner.name, self.key_text, group, decision,
                                self.not_written or tuner.cache.path(self.entry))
@@ -228,10 +233,12 @@ class Tuning:
             except AllConfigsFailedError as exc:
                 ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
                 raise_with_own_cause(exc, self.trial, label)
+            ended, clean = not decision.cut, True  # a cut's choice is provisional: the next job resumes the journals
+            keep(self, decision, decision.index)
+            say_decision(label, decision)
             if decision.breakdown is not None:
                 logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
                                      extra={"breakdown": decision.breakdown.to_json()})
-            ended, clean = not decision.cut, True  # a cut's choice is provisional: the next job resumes the journals
         finally:
             self.trial = None  # its arguments and its last error: not kept past the tuning
             guard.close()
@@ -380,13 +387,21 @@ def cache_hit(tuning: Tuning, found: int, record: Any) -> dict[str, Any]:
     decision, kept and said as such."""
     tuner, group = tuning.tuner, tuning.group
     # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
-    tuner.decisions[(group.name, tuning.key)] = decision_from_record(record, found, tuner.descriptions[found])
+    keep(tuning, decision_from_record(record, found, tuner.descriptions[found]), found)
     logs.rank_log().info("%s cache hit: config %d %s", tuning.label, found, tuner.descriptions[found])
     journal_of(tuning, create=False).remove(kept=tuning.kept, own=True)  # this job's cut attempt's, if any
     if group.rank == 0 and logs.printing_enabled(tuning.verbose):
         logs.print_cache_hit(tuner.name, tuning.key_text, group, tuner.descriptions[found],
                              tuner.cache.path(tuning.entry))
     return tuner.space[found]
+
+
+def keep(tuning: Tuning, decision: Decision, index: int) -> None:
+    """Keep ``decision`` (config ``index``), which every rank of ``tuning``'s group has now: the tuner's record of
+    it, and the caller's (:attr:`Tuning.agreed`)."""
+    tuning.tuner.decisions[(tuning.group.name, tuning.key)] = decision
+    if tuning.agreed is not None:
+        tuning.agreed(tuning.tuner.space[index])
 
 
 def journal_of(tuning: Tuning, create: bool = True) -> Journal:
