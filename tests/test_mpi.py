@@ -16,11 +16,31 @@ import triton_dist_tune as tdt
 SLEEP_MS = {0: [4, 192, 8], 1: [768, 6, 8]}
 
 
+def barrier(comm) -> None:
+    """``barrier(comm)`` without spinning: Open MPI's blocking calls poll at full speed while they wait (a rank
+    waiting 12 s for its peer's timeout held a whole core, which the suite's other passes need), this one sleeps
+    between its looks."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.005)
+
+
+def receive(comm, source: int, tag: int):
+    """``receive(comm, source, tag)`` without spinning (as :func:`barrier`)."""
+    request = comm.irecv(source=source, tag=tag)
+    while True:
+        done, value = request.test()
+        if done:
+            return value
+        time.sleep(0.005)
+
+
 @pytest.fixture
 def comm(tmp_path_factory, monkeypatch):
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
+    barrier(world)  # (a rank done with the last test first waits here for the other: asleep, not polling)
     folder = world.bcast(str(tmp_path_factory.mktemp("mpi")) if world.Get_rank() == 0 else None)
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", f"{folder}/cache")
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", f"{folder}/logs")
@@ -92,7 +112,7 @@ def test_journal_records_name_the_communicators_world_ranks_and_the_attempt_over
         return variant
 
     f(autotune_pg=reversed_comm)
-    reversed_comm.Barrier()
+    barrier(reversed_comm)
     folder = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
     records = [json.loads(line) for path in sorted(folder.rglob("*.journal"))
                for line in path.read_text().splitlines() if line.strip()]
@@ -135,20 +155,20 @@ def test_one_process_groups_keep_journals_of_their_own_in_a_shared_folder_over_m
         return f
 
     tuned()(autotune_pg=MPI.COMM_SELF)
-    comm.Barrier()
+    barrier(comm)
     folder = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
     names = sorted(path.name for path in folder.rglob("*.journal"))
     own_names = [re.fullmatch(r".+\.(?P<tag>[0-9a-f]{10})\.rank0\.journal", name) for name in names]
     assert len(names) == size and all(own_names), names
     assert len({found["tag"] for found in own_names}) == size, names
-    comm.Barrier()  # every rank has listed them before any rank's next tuning writes
+    barrier(comm)  # every rank has listed them before any rank's next tuning writes
     errors = []
     for turn in range(size):  # one process at a time: the first would adopt every file it could lock
         if turn == rank:
             again = tuned()
             again(autotune_pg=MPI.COMM_SELF)
             errors = [row["error"] or "" for row in next(iter(again.tuner.tables.values()))]
-        comm.Barrier()
+        barrier(comm)
     assert errors[0].startswith("in an earlier attempt") and f"fails on process {rank}" in errors[0], errors
     others = [f"fails on process {other}" for other in range(size) if other != rank]
     assert not any(text in error for text in others for error in errors), errors
@@ -212,12 +232,12 @@ def test_a_rank_that_leaves_an_exchange_and_calls_again_gets_a_timeout_not_the_l
             except Exception as exc:  # noqa: BLE001 - the type is what the test is about
                 errors.append(exc)
     else:
-        assert comm.recv(source=0, tag=77) == "left"
+        assert receive(comm, 0, 77) == "left"
         try:
             f(2, autotune_pg=world)
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
-    comm.Barrier()
+    barrier(comm)
     assert errors, "the late rank's exchange, or the call again, cannot succeed"
     assert all(isinstance(exc, tdt.GroupTimeoutError) for exc in errors), [repr(exc) for exc in errors]
     if rank == 0:
@@ -238,7 +258,7 @@ def _last_gives_up(comm, call, tag: int) -> str:
         for other in range(last):
             comm.send("gave up", dest=other, tag=tag)
     else:
-        assert comm.recv(source=last, tag=tag) == "gave up"
+        assert receive(comm, last, tag) == "gave up"
     return said
 
 
@@ -261,7 +281,7 @@ def test_a_setup_timeout_on_a_sub_communicator_names_the_ranks_world_rank(comm, 
     if rank != last:
         _, request = reversed_comm.Idup()  # the pair of the abandoned Idup: nothing left pending for later tests
         request.Wait()
-    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    barrier(comm)  # before any assertion: a rank failing one must not leave the other in a collective
     if rank == last:
         world = list(range(size))[::-1]
         assert f"rank 0 (world rank {last}) of MPI group 'mpi:comm' (world ranks {world}) waited 2 s at 'setting " \
@@ -291,7 +311,7 @@ def test_an_exchange_timeout_on_a_sub_communicator_names_the_world_ranks_once(co
     if rank != last:
         with pytest.raises(tdt.GroupTimeoutError):
             f(2, autotune_pg=reversed_comm)  # its first step meets the last rank's pending one; the next never comes
-    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    barrier(comm)  # before any assertion: a rank failing one must not leave the other in a collective
     if rank == last:
         world = list(range(size))[::-1]
         assert said == (f"triton_dist_tune: rank 0 (world rank {last}) of MPI group 'mpi:comm' (world ranks {world}) "
@@ -318,7 +338,7 @@ def test_a_rank_local_campaign_shares_its_keys_over_a_communicator(comm):
     summary = tdt.campaign(f, lambda n: (n,), keys, local=True, pg=comm, progress=False)
     shares = comm.allgather(sorted(tuned_here))
     decided = comm.allgather({str(k): v["variant"] for k, v in f.tuner.decided.items()})
-    comm.Barrier()
+    barrier(comm)
     assert sorted(k for share in shares for k in share) == keys, shares  # each key tuned on one rank
     assert all(len(share) == len(keys) // size for share in shares), shares
     assert all(d == decided[0] and len(d) == len(keys) for d in decided), decided
@@ -370,12 +390,12 @@ def test_a_rank_that_leaves_its_channel_setup_and_calls_again_gets_a_named_error
         for other in range(1, comm.Get_size()):
             comm.send("called again", dest=other, tag=79)
     else:
-        assert comm.recv(source=0, tag=79) == "called again"
+        assert receive(comm, 0, 79) == "called again"
         try:
             f(1, autotune_pg=late)
         except Exception as exc:  # noqa: BLE001
             late_errors.append(exc)
-    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    barrier(comm)  # before any assertion: a rank failing one must not leave the other in a collective
     if rank == 0:
         if leaves == "timeout":
             assert "waited 2 s at 'setting up its control channel (Idup)'" in first, first
@@ -469,7 +489,7 @@ def test_an_intercommunicator_is_a_bad_input_at_once_on_every_rank(comm, monkeyp
     with pytest.raises(tdt.BadInputError, match="autotune_pg .*an intercommunicator.*Merge"):
         f(1, autotune_pg=inter)
     assert time.monotonic() - began < 3, "raised at once, not after the timeout"
-    comm.Barrier()
+    barrier(comm)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -566,10 +586,10 @@ def test_a_step_whose_wait_ran_out_stays_alive_with_its_buffers_while_mpi_may_st
             completed = held[0].Test()  # the late ranks' step completes it (each look drives MPI's progress)
             time.sleep(0.01)
     else:
-        assert comm.recv(source=0, tag=82) == "gave up"
+        assert receive(comm, 0, 82) == "gave up"
         with pytest.raises(tdt.GroupTimeoutError):
             f(2, autotune_pg=world)  # its first step meets rank 0's pending one; the next never comes
-    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    barrier(comm)  # before any assertion: a rank failing one must not leave the other in a collective
     if rank == 0:
         assert len(held) == 1 and completed, (len(held), completed)
 
@@ -611,6 +631,6 @@ def test_two_threads_set_up_channels_on_two_communicators_in_either_order_and_bo
         time.sleep(0.2)  # its setup is under way before the other thread starts
     for thread in threads:
         thread.join()
-    comm.Barrier()
+    barrier(comm)
     assert all(isinstance(v, int) for v in out.values()) and len(out) == 2, out
     assert comm.allgather(out) == [out] * comm.Get_size()
