@@ -17,7 +17,7 @@ SLEEP_MS = {0: [4, 192, 8], 1: [768, 6, 8]}
 
 
 def barrier(comm) -> None:
-    """``barrier(comm)`` without spinning: Open MPI's blocking calls poll at full speed while they wait (a rank
+    """``comm.Barrier()`` without spinning: Open MPI's blocking calls poll at full speed while they wait (a rank
     waiting 12 s for its peer's timeout held a whole core, which the suite's other passes need), this one sleeps
     between its looks."""
     request = comm.Ibarrier()
@@ -26,7 +26,7 @@ def barrier(comm) -> None:
 
 
 def receive(comm, source: int, tag: int):
-    """``receive(comm, source, tag)`` without spinning (as :func:`barrier`)."""
+    """``comm.recv(source=source, tag=tag)`` without spinning (as :func:`barrier`)."""
     request = comm.irecv(source=source, tag=tag)
     while True:
         done, value = request.test()
