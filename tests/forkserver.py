@@ -135,8 +135,9 @@ class Server:
             self.cond.notify_all()
         self.listening.set()  # whoever waits for it learns the server is gone (alive() says so)
 
-    def fork(self, script: str, args: list[str], env: dict[str, str], out_w: int, err_w: int) -> int:
-        request = json.dumps({"script": script, "args": args, "env": env, "cwd": os.getcwd()}).encode()
+    def fork(self, script: str, args: list[str], env: dict[str, str], out_w: int, err_w: int,
+             cwd: str | None = None) -> int:
+        request = json.dumps({"script": script, "args": args, "env": env, "cwd": cwd or os.getcwd()}).encode()
         with self.send_lock:  # the server answers requests in order: one request in flight
             socket.send_fds(self.sock, [frame(request)], [out_w, err_w])
             with self.cond:
@@ -175,12 +176,12 @@ def _differs(a: dict[str, str], b: dict[str, str]) -> list[str]:
 class ForkedProcess:
     """What ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)`` gives, for a forked rank."""
 
-    def __init__(self, server: Server, script: str, args: list[str], env: dict[str, str]):
+    def __init__(self, server: Server, script: str, args: list[str], env: dict[str, str], cwd: str | None = None):
         self.server = server
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            self.pid = server.fork(script, args, env, out_w, err_w)
+            self.pid = server.fork(script, args, env, out_w, err_w, cwd)
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -265,14 +266,17 @@ def _server_for(env: dict[str, str], base: dict[str, str]) -> Server | None:
     return server
 
 
-def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
-    """A rank of ``script`` forked from the server :func:`_server_for` names; None where no fork can stand for a
-    fresh ``python script`` process."""
+def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str],
+          cwd: str | None = None) -> ForkedProcess | None:
+    """``python SCRIPT ARGS`` forked from the server :func:`_server_for` names, in folder ``cwd`` (this process's
+    where None); None where no fork can stand for a fresh process. ``script`` may be ``-c`` or ``-m`` as on
+    Python's command line: ``args`` then begins with the code or the module's name."""
     server = _server_for(env, base)
     if server is None:
         return None
     try:
-        return ForkedProcess(server, os.path.abspath(script), [str(a) for a in args], env)
+        where = script if script in ("-c", "-m") else os.path.abspath(script)
+        return ForkedProcess(server, where, [str(a) for a in args], env, None if cwd is None else str(cwd))
     except (ConnectionError, OSError):  # the server died (it failed to import, or was killed): a fresh process
         server.proc.kill()
         for slot in [k for k, v in _SERVERS.items() if v is server]:
@@ -435,7 +439,8 @@ def _kill(pid: int) -> None:
 
 
 def _become(request: dict) -> None:
-    """In the forked child: be ``python SCRIPT ARGS`` with the request's environment, and run the script."""
+    """In the forked child: be ``python SCRIPT ARGS`` (``python -c CODE ARGS``, ``python -m MODULE ARGS``) with the
+    request's environment, and run the script (the code, the module as ``__main__``)."""
     import builtins
     import importlib.machinery
 
@@ -451,23 +456,29 @@ def _become(request: dict) -> None:
     os.chdir(request["cwd"])
     if "numpy.random" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
         sys.modules["numpy.random"].seed()
-    script = request["script"]
-    sys.argv = [script, *request["args"]]
-    sys.path[0] = os.path.dirname(script)
+    script, args = request["script"], request["args"]
     main = sys.modules["__main__"]
     main.__dict__.clear()
-    main.__dict__.update(__name__="__main__", __file__=script, __builtins__=builtins, __doc__=None,
-                         __package__=None, __spec__=None, __cached__=None,
-                         __loader__=importlib.machinery.SourceFileLoader("__main__", script))
-    import atexit
-    import gc
+    main.__dict__.update(__name__="__main__", __builtins__=builtins, __doc__=None, __package__=None, __spec__=None,
+                         __annotations__={})
+    atexit_unfreeze()
+    if script == "-m":  # as ``python -m``: the working folder first; runpy makes the module's file argv[0]
+        import runpy
 
-    # the server froze its objects (out of the collector's walks); the last exit handler gives them back to the
-    # collector, so that the interpreter's final collection frees them as in a fresh process (nanobind counts
-    # what is left as leaked)
-    atexit.register(gc.unfreeze)
-    with open(script, "rb") as f:
-        code = compile(f.read(), script, "exec")
+        sys.path[0] = os.getcwd()
+        sys.argv = ["-m", *args[1:]]
+        runpy._run_module_as_main(args[0], alter_argv=True)
+        return
+    sys.argv = [script, *args] if script != "-c" else ["-c", *args[1:]]
+    sys.path[0] = "" if script == "-c" else os.path.dirname(script)
+    if script == "-c":
+        main.__dict__["__loader__"] = importlib.machinery.BuiltinImporter
+        code = compile(args[0], "<string>", "exec")
+    else:
+        main.__dict__.update(__file__=script, __cached__=None,
+                             __loader__=importlib.machinery.SourceFileLoader("__main__", script))
+        with open(script, "rb") as f:
+            code = compile(f.read(), script, "exec")
     try:
         exec(code, main.__dict__)
     except (SystemExit, KeyboardInterrupt):
@@ -476,6 +487,16 @@ def _become(request: dict) -> None:
         e = e.with_traceback(e.__traceback__.tb_next)
         sys.excepthook(type(e), e, e.__traceback__)
         raise SystemExit(1) from None
+
+
+def atexit_unfreeze() -> None:
+    """The server froze its objects (out of the collector's walks); the last exit handler gives them back to the
+    collector, so that the interpreter's final collection frees them as in a fresh process (nanobind counts what
+    is left as leaked)."""
+    import atexit
+    import gc
+
+    atexit.register(gc.unfreeze)
 
 
 def main(fd: int, address: str) -> None:

@@ -106,8 +106,7 @@ def tune_alone(tmp_path: Path, script: str, timeout: float = 200, **extra: str) 
     env.pop("RANK", None), env.pop("WORLD_SIZE", None)
     path = tmp_path / "tune_alone.py"
     path.write_text(script)
-    done = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = run_python([path], env, ROOT, timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     (tmp_path / "tune_alone.err").write_text(done.stderr)
     return Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]), env
@@ -124,32 +123,42 @@ def parse_results(stdout: str) -> list[Any]:
     return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
 
 
-def spawn(script: str | Path, args: list[str], env: dict[str, str], wrap: Sequence[str] = ()) -> Any:
-    """``python SCRIPT ARGS`` in environment ``env``: a fork of a server that has imported torch and Triton already
-    (tests/forkserver.py), or, where the environment asks for a fresh process, a fresh one (both Popen-like).
-    ``wrap``: a command that runs ``python SCRIPT ARGS`` (its arguments follow it), always a fresh process (e.g.
-    ``unshare --pid --fork``: a rank in a pid namespace of its own)."""
-    proc = None if wrap else forkserver.start(str(script), list(args), env, base_env())
+def spawn(script: str | Path, args: list[str], env: dict[str, str], wrap: Sequence[str] = (),
+          cwd: str | Path | None = None) -> Any:
+    """``python SCRIPT ARGS`` in environment ``env`` and folder ``cwd`` (this process's where None): a fork of a
+    server that has imported torch and Triton already (tests/forkserver.py), or, where the environment asks for a
+    fresh process, a fresh one (both Popen-like, with text pipes for stdout and stderr). ``wrap``: a command that
+    runs ``python SCRIPT ARGS`` (its arguments follow it), always a fresh process (e.g. ``unshare --pid --fork``: a
+    rank in a pid namespace of its own)."""
+    proc = None if wrap else forkserver.start(str(script), list(args), env, base_env(), cwd)
     if proc is None:
-        proc = subprocess.Popen([*wrap, sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([*wrap, sys.executable, str(script), *args], env=env, cwd=cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc
 
 
-def run_process(script: str | Path, args: list[str] | None = None, env: dict[str, str] | None = None,
-                timeout: float = 100.0) -> subprocess.CompletedProcess:
-    """``python SCRIPT ARGS`` in an environment of ``base_env(env)`` (no rank of a group unless ``env`` says so), as
-    :func:`spawn` starts it. Past ``timeout`` it is killed and subprocess.TimeoutExpired raised, as subprocess.run
-    does."""
-    args = list(args or [])
-    proc = spawn(script, args, base_env(env))
+def run_python(command: Sequence[str | Path], env: dict[str, str] | None = None, cwd: str | Path | None = None,
+               timeout: float = 100.0) -> subprocess.CompletedProcess:
+    """What ``subprocess.run([sys.executable, *command], env=env, cwd=cwd, capture_output=True, text=True,
+    timeout=timeout)`` gives (``command``: ``SCRIPT ARGS``, ``-c CODE ARGS`` or ``-m MODULE ARGS``; ``env`` the
+    whole environment, this process's where None), in a fork of the server that has imported torch
+    (tests/forkserver.py) where the environment lets a fork stand for a fresh process, else in a fresh one."""
+    command = [str(c) for c in command]
+    proc = spawn(command[0], command[1:], dict(os.environ if env is None else env), cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise
-    return subprocess.CompletedProcess([sys.executable, str(script), *args], proc.returncode, out, err)
+    return subprocess.CompletedProcess([sys.executable, *command], proc.returncode, out, err)
+
+
+def run_process(script: str | Path, args: list[str] | None = None, env: dict[str, str] | None = None,
+                timeout: float = 100.0) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` in an environment of ``base_env(env)`` (no rank of a group unless ``env`` says so), as
+    :func:`run_python` runs it."""
+    return run_python([script, *(args or [])], base_env(env), timeout=timeout)
 
 
 def ended_result(proc: Any, timeout: float) -> dict:

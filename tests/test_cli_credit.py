@@ -14,12 +14,11 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import base_env, tuner_env
+from harness import base_env, run_python, tuner_env
 
 KILLED_AT_A_CALL = r"""
 import os, signal
@@ -55,15 +54,14 @@ def _tune(folder: Path, **extra: str) -> tuple[subprocess.CompletedProcess, Coun
     calls.unlink(missing_ok=True)
     env = base_env({**tuner_env(folder, 30), "CALLS": str(calls), **extra})
     env.pop("RANK", None), env.pop("WORLD_SIZE", None)
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    done = run_python([script], env, timeout=120)
     return done, Counter(int(v) for v in calls.read_text().split()) if calls.exists() else Counter()
 
 
 def _cli(folder: Path, *args: str) -> subprocess.CompletedProcess:
     """``python -m triton_dist_tune ARGS`` on ``folder``'s cache, named by the cache folder's variable."""
     env = base_env({"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(folder / "cache")})
-    done = subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = run_python(["-m", "triton_dist_tune", *args], env, timeout=120)
     assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
     return done
 

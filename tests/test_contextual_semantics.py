@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_ranks, torchrun_command, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_python, run_ranks, torchrun_command, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_semantics_cases.py"
 RUNS_CASES = HERE / "scenarios" / "contextual_runs_cases.py"
@@ -30,8 +29,7 @@ def run(case, n, env, **kw):
 
 
 def single(case, env, script=CASES):
-    proc = subprocess.run([sys.executable, str(script), case], env=base_env(env), capture_output=True, text=True,
-                          timeout=100)
+    proc = run_python([script, case], base_env(env), timeout=100)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0]), proc.stderr
 

@@ -262,12 +262,11 @@ print("DECIDED", d.index, d.cached)
 
 
 def _tune_once(tmp_path: Path) -> str:
-    import subprocess
-    import sys
+    from harness import run_python
 
     env = {**os.environ, "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
-    proc = subprocess.run([sys.executable, "-c", TUNE_ONCE], env=env, capture_output=True, text=True, timeout=100)
+    proc = run_python(["-c", TUNE_ONCE], env, timeout=100)
     assert proc.returncode == 0 and "DECIDED" in proc.stdout, proc.stderr[-3000:]
     return proc.stdout
 
@@ -341,18 +340,15 @@ def test_list_and_show_print_a_decision_whose_key_holds_a_lone_surrogate(tmp_pat
     """A key ``"(8,\\ud800)"`` (valid JSON, read back as a lone surrogate): printing it to a UTF-8 stdout failed
     'list' and 'show' whole ("bad value: 'utf-8' codec can't encode character '\\ud800'", exit 2), every other
     decision unlisted; so did 'logs' for such a message. Now it is shown escaped."""
-    import subprocess
-    import sys
 
-    from harness import ROOT, base_env
+    from harness import ROOT, base_env, run_python
 
     write_entry(tmp_path, key="(8,\ud800)")
     env = {**base_env(), "PYTHONIOENCODING": "utf-8"}
     for args in (["list"], ["show", "0123456789"]):
-        done = subprocess.run([sys.executable, "-m", "triton_dist_tune", *args, "--cache-dir", str(tmp_path)],
-                              cwd=ROOT, env=env, capture_output=True, timeout=60)
+        done = run_python(["-m", "triton_dist_tune", *args, "--cache-dir", tmp_path], env, ROOT, timeout=60)
         assert done.returncode == 0, done.stderr
-        assert b"(8,\\ud800)" in done.stdout
+        assert "(8,\\ud800)" in done.stdout
 
 
 def test_clear_and_list_name_a_journal_or_decision_that_is_a_loop_of_links(tmp_path, capsys):

@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -32,6 +31,7 @@ from harness import (
     parse_results,
     run_mpiexec,
     run_process,
+    run_python,
     run_ranks,
     stopping_at,
     stopping_together,
@@ -968,8 +968,7 @@ def test_a_journal_record_not_fsynced_survives_its_process_killed_at_once(tmp_pa
     """A record written without an fsync (a sample's ``started``) is in the operating system's hands once written:
     the process killed right after (kill -9, as a crash does) leaves it whole in the file."""
     path = tmp_path / "e.rank0.journal"
-    done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], env=base_env(), capture_output=True,
-                          text=True, timeout=50)
+    done = run_python(["-c", KILLED_WRITER, path], base_env(), timeout=50)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert [(r["index"], r["state"], r["phase"]) for r in records(path)] == [(0, "started", "round 0")]
 

@@ -4,11 +4,9 @@ in-place arguments, agreed preparation, canonical keys, cache invalidation, and 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_cases, run_process, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_cases, run_process, run_python, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "hardening_cases.py"
 
@@ -193,9 +191,9 @@ def test_the_cache_sees_kernel_edits_and_user_state(env, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_world_size_without_a_process_group_warns(env, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", "import triton_dist_tune as t; f = t.autotune([{'b': 1}], "
-                           "key_fn=lambda: 0, n_repeat=1)(lambda *, b: b); print(f())"],
-                          env=base_env({**env, "WORLD_SIZE": "2"}), capture_output=True, text=True, timeout=50)
+    proc = run_python(["-c", "import triton_dist_tune as t; f = t.autotune([{'b': 1}], "
+                             "key_fn=lambda: 0, n_repeat=1)(lambda *, b: b); print(f())"],
+                      base_env({**env, "WORLD_SIZE": "2"}), timeout=50)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
     assert "WORLD_SIZE is 2 but torch.distributed is not initialized" in proc.stderr
 

@@ -4,11 +4,8 @@ tests/scenarios/migration_cases.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from harness import HERE, base_env, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_python, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "migration_cases.py"
 
@@ -183,7 +180,7 @@ def test_both_decorated_functions_keep_the_undecorated_one_as_fn():
             "c = tdt.contextual_autotune(is_dist=False)(f)\n"
             "a = tdt.autotune([{'c': 1}], key_fn=lambda x: 0)(g)\n"
             "print(c.fn is f, a.fn is g, c.__name__, a.__name__)")
-    proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
+    proc = run_python(["-c", code], base_env(), timeout=60)
     assert proc.returncode == 0 and proc.stdout.split() == ["True", "True", "f", "g"], proc.stderr[-3000:]
 
 
@@ -201,7 +198,7 @@ def test_a_config_space_written_for_another_tuner_is_told_what_to_write():
             "        tdt.autotune(space, key_fn=key_fn)(g)\n"
             "    except tdt.BadInputError as exc:\n"
             "        print(exc)\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
+    proc = run_python(["-c", code], base_env(), timeout=60)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0 and len(lines) == 4, (proc.stdout, proc.stderr[-3000:])
     function, generator, configs, no_key_fn = lines

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, spawn, tuner_env
+from harness import HERE, base_env, describe, free_port, parse_results, run_python, run_ranks, spawn, tuner_env
 from test_faults import RUNS, assert_calls, calls, journals, records
 
 FAULTS = HERE / "scenarios" / "fault_cases.py"
@@ -334,8 +334,7 @@ print(sorted(r["index"] for r in journal.read()))
 def test_a_short_journal_write_is_reported_and_the_next_record_is_not_lost(tmp_path):
     """Point 6 (short writes): a file-size limit (like a full disk) cuts a record; the warning says so and the
     next record starts a line of its own, so it is read back (on main it was glued to the torn one and lost)."""
-    proc = subprocess.run([sys.executable, "-c", SHORT_WRITE, str(tmp_path / "j.journal")], env=base_env(),
-                          capture_output=True, text=True, timeout=30)
+    proc = run_python(["-c", SHORT_WRITE, tmp_path / "j.journal"], base_env(), timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[0, 2]", proc.stdout + proc.stderr
     assert "40 of" in proc.stderr and "is the disk full?" in proc.stderr, proc.stderr

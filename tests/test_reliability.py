@@ -9,7 +9,7 @@ import math
 import time
 
 import pytest
-from harness import HERE, base_env, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_python, run_ranks, tuner_env
 
 import triton_dist_tune as tdt
 from triton_dist_tune import settings
@@ -98,8 +98,6 @@ def test_a_watchdog_whose_last_act_hangs_holding_the_gil_is_still_ended_by_the_b
     """The watchdog holds the backstop as it fires (faults/backstop.py Backstop.hold: its last acts, a look at the
     beats of 3.5 s, are not cut short by a timer due just after the deadline), a whole window past that moment: a
     last act that never returns, holding the GIL, still ends there (exit 1, every stack), in a real process."""
-    import subprocess
-    import sys
 
     script = (
         "import ctypes, time\n"
@@ -108,7 +106,7 @@ def test_a_watchdog_whose_last_act_hangs_holding_the_gil_is_still_ended_by_the_b
         "guard.arm(0.5, 'phase', lambda: ctypes.PyDLL(None).sleep(3600))\n"
         "time.sleep(3600)\n")
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script], env=base_env(), capture_output=True, text=True, timeout=50)
+    proc = run_python(["-c", script], base_env(), timeout=50)
     seconds = time.monotonic() - started
     assert proc.returncode == 1 and "Timeout (0:00:" in proc.stderr, proc.stderr[-3000:]
     assert "in <lambda>" in proc.stderr and "in _fire" in proc.stderr, proc.stderr[-3000:]  # inside the last act

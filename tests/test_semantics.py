@@ -7,11 +7,9 @@ tests/scenarios/semantics_cases.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from harness import HERE, base_env, describe, run_process, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_process, run_python, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "semantics_cases.py"
 TIMEOUT_S = 30
@@ -88,7 +86,7 @@ def test_triton_distributed_module_paths_import_the_same_functions():
             "import triton.runtime.autotuner as a; assert 'run' in vars(a.Autotuner)\n"
             "import triton_dist_tune.contextual.intercept as i; assert not i.patched()  # importing patches nothing\n"
             "print('ok')")
-    proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
+    proc = run_python(["-c", code], base_env(), timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 

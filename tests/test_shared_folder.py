@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from harness import HERE, ROOT, describe, run_ranks, tune_alone, tuner_env
+from harness import HERE, ROOT, describe, run_python, run_ranks, spawn, tune_alone, tuner_env
 from test_cache_folder_edges import EDGES, cli
 
 from triton_dist_tune.disk.files import write_json_atomic
@@ -58,8 +57,7 @@ def _paused(tmp_path: Path, name: str, text: str, env: dict[str, str]) -> tuple[
     marks.mkdir()
     script = tmp_path / name
     script.write_text(text)
-    return marks, subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env={**env, "MARKS": str(marks)},
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return marks, spawn(script, [], {**env, "MARKS": str(marks)}, cwd=ROOT)
 
 
 @pytest.mark.timeout(300)
@@ -211,9 +209,9 @@ def test_a_cache_hit_keeps_the_journal_of_another_job_tuning_the_entry_again(tmp
     cache, env = tune_alone(tmp_path, CRASHING, FIRST="1", TRITON_DIST_AUTOTUNE_JOB_ID="first")  # decided
     script = tmp_path / "crashing.py"
     script.write_text(CRASHING)
-    crashed = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                             env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1",
-                                  "TRITON_DIST_AUTOTUNE_JOB_ID": "X"})
+    crashed = run_python([script], cwd=ROOT, timeout=120,
+                         env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1",
+                              "TRITON_DIST_AUTOTUNE_JOB_ID": "X"})
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     journals = {p: p.read_bytes() for p in (cache / "edges").glob("*.journal")}
     records = [json.loads(line) for data in journals.values() for line in data.splitlines()]
@@ -247,9 +245,9 @@ def test_two_srun_steps_of_one_allocation_keep_each_others_journal_records(tmp_p
         env.pop(name, None)
     script = tmp_path / "crashing.py"
     script.write_text(CRASHING)
-    crashed = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                             env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "SLURM_JOB_ID": "42",
-                                  "SLURM_STEP_ID": "0"})
+    crashed = run_python([script], cwd=ROOT, timeout=120,
+                         env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "SLURM_JOB_ID": "42",
+                              "SLURM_STEP_ID": "0"})
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     records = [json.loads(line) for p in (cache / "edges").glob("*.journal") for line in p.read_bytes().splitlines()]
     assert records and {r["job"] for r in records} == {"42.0"}, records
@@ -296,9 +294,9 @@ def test_a_contextual_cache_hit_keeps_the_journal_of_another_job_tuning_the_entr
     happened). Now it deletes only its own job's records: X's journal stays, and X's own cache hit (a restart
     without ``ALWAYS_TUNE``) deletes it."""
     cache, env = tune_alone(tmp_path, CONTEXTUAL_CRASHING, TRITON_DIST_AUTOTUNE_JOB_ID="first")  # decided
-    crashed = subprocess.run([sys.executable, str(tmp_path / "tune_alone.py")], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120, env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1",
-                                                          "TRITON_DIST_AUTOTUNE_JOB_ID": "X"})
+    crashed = run_python([tmp_path / "tune_alone.py"], cwd=ROOT, timeout=120,
+                         env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1",
+                              "TRITON_DIST_AUTOTUNE_JOB_ID": "X"})
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     journals = {p: p.read_bytes() for p in (cache / "contextual").glob("*.journal")}
     records = [json.loads(line) for data in journals.values() for line in data.splitlines()]
@@ -376,9 +374,8 @@ def test_an_imports_rollback_never_removes_or_replaces_a_decision_stored_meanwhi
     marks.mkdir()
     script = tmp_path / "paused_import.py"
     script.write_text(PAUSED_IMPORT)
-    importer = subprocess.Popen([sys.executable, str(script), "import", str(bundle), "--force", "--cache-dir",
-                                 str(cache)], cwd=ROOT, env={**env, "MARKS": str(marks)}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    importer = spawn(script, ["import", str(bundle), "--force", "--cache-dir", str(cache)],
+                     {**env, "MARKS": str(marks)}, cwd=ROOT)
     try:
         _wait_for(marks / "renamed", importer, 60)  # two decisions renamed into place; the import waits
         for path in (first, second):  # another job tunes the key again and stores its decision

@@ -15,12 +15,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, kill_session, parse_results, torchrun_command, tuner_env
+from harness import HERE, base_env, kill_session, parse_results, run_python, torchrun_command, tuner_env
 
 SCRIPT = HERE / "scenarios" / "tp_restart_cases.py"
 
@@ -177,7 +176,7 @@ def test_a_time_journaled_under_one_timing_mode_is_measured_again_under_the_othe
         env = base_env({**tuner_env(folder, 30), "CALLS": str(folder / "calls"), "TRITON_DIST_AUTOTUNE_TIMING": mode,
                         **extra})
         env.pop("RANK", None), env.pop("WORLD_SIZE", None)
-        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=80)
+        done = run_python([script], env, timeout=80)
         calls = Counter(int(v) for v in (folder / "calls").read_text().split()) if (folder / "calls").exists() \
             else Counter()
         return done, calls

@@ -6,11 +6,9 @@ ranks, Triton's interpreter; the scenarios are in tests/scenarios/triton_compat_
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from harness import HERE, base_env, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_python, run_ranks, tuner_env
 
 from triton_dist_tune.disk import logs
 
@@ -104,12 +102,10 @@ def test_rank_logs_go_to_autotune_logs_in_the_working_directory_one_header_per_j
         assert [r["job"] for r in records if r.get("header")] == [lines[h].split()[3] for h in headers]
     assert not (tmp_path / "logs").exists()
     cli_env = base_env({"TRITON_DIST_AUTOTUNE_LOG_DIR": ""})
-    listed = subprocess.run([sys.executable, "-m", "triton_dist_tune", "logs", "--list"], env=cli_env, cwd=cwd,
-                            capture_output=True, text=True, timeout=60)
+    listed = run_python(["-m", "triton_dist_tune", "logs", "--list"], cli_env, cwd, timeout=60)
     assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 2, listed.stderr
-    moved = subprocess.run([sys.executable, "-m", "triton_dist_tune", "logs", "--list"], cwd=tmp_path,
-                           env=base_env({"TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)}), capture_output=True,
-                           text=True, timeout=60)
+    moved = run_python(["-m", "triton_dist_tune", "logs", "--list"],
+                       base_env({"TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)}), tmp_path, timeout=60)
     assert moved.stdout == listed.stdout  # the override names the same folder from elsewhere
 
 
