@@ -41,6 +41,25 @@ def test_contextual_steps_set_differently_on_one_rank_are_a_clear_error_on_every
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("texts, shown", [(("v2", "v3"), ("'v2'", "'v3'")),
+                                          (("x" * 150 + "2", "x" * 150 + "3"), ("sha256", "151 characters"))],
+                         ids=["short", "long, differing past what is shown"])
+def test_cache_key_extra_that_differs_between_ranks_is_a_clear_error_on_every_rank(tmp_path, texts, shown):
+    """Group rank 0 alone reads the cache, for the entry its own ``cache_key_extra`` names. Before, a rank whose
+    text differed (a version read from its own environment) was never told: it was served rank 0's entry, and the
+    decision was written under rank 0's text. Now the first agreement carries the text (a long one as its start,
+    length and hash) and every rank raises the same ``MismatchError`` naming it, at once."""
+    results = run("cache_key_extra_differs", tmp_path, {0: {"EXTRA": texts[0]}, 1: {"EXTRA": texts[1]}})
+    messages = {result["result"].get("message") for result in results}
+    for result in results:
+        assert result["result"].get("error") == "MismatchError", results
+        message = result["result"]["message"]
+        assert "differ in cache_key_extra" in message and all(s in message for s in shown), message
+        assert result["seconds"] < 5  # at the first agreement (the deadline is 20 s)
+    assert len(messages) == 1, messages
+
+
+@pytest.mark.timeout(120)
 def test_an_undecided_policy_set_on_one_rank_only_is_a_clear_error_on_every_rank(tmp_path):
     # not agreed (serving takes one exchange, tuning none before its first agreement): the step check of every
     # exchange names both steps at once

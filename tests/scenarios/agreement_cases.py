@@ -22,11 +22,12 @@ import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
 
-def tune_once(name: str) -> None:
-    """Tune a 2-config collective function at one key; emit what happened and how long it took."""
+def tune_once(name: str, **options) -> None:
+    """Tune a 2-config collective function at one key (``options``: more of autotune's); emit what happened and
+    how long it took."""
     tdt.init_distributed()
 
-    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name=name)
+    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name=name, **options)
     def f(x, *, block):
         time.sleep(0.001)
         dist.all_reduce(x.clone())
@@ -41,6 +42,13 @@ def always_tune_differs():
     """``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` on one rank only (it decides which journal records the ranks plan
     from)."""
     tune_once("always")
+
+
+@case
+def cache_key_extra_differs():
+    """``cache_key_extra`` (a function of the rank's environment, ``EXTRA``) returns another text on one rank:
+    group rank 0 alone reads the cache, for the entry its own text names."""
+    tune_once("extra", cache_key_extra=lambda: os.environ.get("EXTRA", ""))
 
 
 @case

@@ -4,6 +4,7 @@ same error on every rank, and no config is blamed for it."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -30,23 +31,40 @@ from .tuned import TunedFunction
 REPLICAS_FIELD = "autotune_replicas (the replica count)"
 #: the first agreement's field of the tuning's timeout: ranks that differ in it are warned, not stopped
 TIMEOUT_FIELD = "timeout"
+#: the first agreement's field of ``cache_key_extra``'s text (:func:`extra_shown`)
+EXTRA_FIELD = "cache_key_extra"
+#: the longest ``cache_key_extra`` text the agreement carries whole (a longer one: its start, length and hash)
+EXTRA_SHOWN_CHARS = 120
+
+
+def extra_shown(text: str) -> str:
+    """``cache_key_extra``'s text as the first agreement carries it and a ``MismatchError`` shows it: whole (quoted)
+    up to :data:`EXTRA_SHOWN_CHARS` characters; a longer one as its start, its length and a hash of all of it (two
+    texts that differ anywhere differ here)."""
+    if len(text) <= EXTRA_SHOWN_CHARS:
+        return repr(text)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{text[:80]!r}... ({len(text)} characters, sha256 {digest})"
 
 
 def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
-                  kwargs: dict[str, Any], overwrite: bool = False, layout: Layout | None = None) -> None:
-    """Step 1: one exchange of (key, config space, group size, replica count) and this rank's ``problem`` (a
-    failing ``key_fn``, a bad call keyword) or a config that clashes with the call's keywords.
+                  kwargs: dict[str, Any], overwrite: bool = False, layout: Layout | None = None,
+                  user_extra: str = "") -> None:
+    """Step 1: one exchange of (key, config space, group size, replica count, ``cache_key_extra``'s text
+    ``user_extra``) and this rank's ``problem`` (a failing ``key_fn``, a bad call keyword) or a config that clashes
+    with the call's keywords. Group rank 0 alone reads the cache, for the entry its own ``cache_key_extra`` names:
+    ranks whose texts differ get a ``MismatchError`` naming it (before, the other ranks' texts were never looked at).
 
     With a ``layout`` (``autotune_replicas``), three exchanges, so that a problem found on any rank of any replica
     is an error on every rank of every replica at once (never a timeout on the ranks that found none): across
     replicas (key, config space, group size), then inside the group (carrying what the first found), then across
     replicas again (carrying what the group found)."""
     if layout is None:
-        return _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite, "not given")
+        return _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite, "not given", user_extra)
     failed = _caught(lambda: layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem,
                                           _timeout(tuner)))
     in_group = _caught(lambda: _agree_in_group(tuner, group, key_text, problem or _text(failed), args, kwargs,
-                                               overwrite, str(layout.replicas.size)))
+                                               overwrite, str(layout.replicas.size), user_extra))
     failed = failed or in_group  # this rank's own error first: the group's carries it
     across_replicas(layout, tuner.name, failed, f"[{tuner.name}] agreement across replicas", tuner.options.timeout)
 
@@ -76,14 +94,14 @@ def _text(error: AutotuneError | None) -> str | None:
 
 
 def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
-                    kwargs: dict[str, Any], overwrite: bool, replicas: str) -> None:
+                    kwargs: dict[str, Any], overwrite: bool, replicas: str, user_extra: str) -> None:
     if problem is None:
         try:
             check_call(tuner.fn, tuner.space, args, kwargs, tuner.name, overwrite)
         except BadInputError as exc:
             problem = str(exc)
     fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text,
-              REPLICAS_FIELD: replicas, **protocol_fields(tuner),
+              REPLICAS_FIELD: replicas, EXTRA_FIELD: extra_shown(user_extra), **protocol_fields(tuner),
               "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode(),
               TIMEOUT_FIELD: f"{_timeout(tuner):g} s"}
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,

@@ -149,11 +149,16 @@ class TunedFunction:
             where = "?"
         return f"{where}:{getattr(self.fn, '__qualname__', type(self.fn).__qualname__)}"
 
-    def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
-        """What the cache entry depends on besides the function's source, key, space and group size: the code it
-        uses, the devices of its tensors, ``cache_key_extra`` and the timing mode (a decision timed cold is no
-        answer for steady timing), last, after :data:`TIMING_LINE` (the journals are named without it)."""
+    def user_extra(self) -> str:
+        """This call's ``cache_key_extra`` (its function called where it is one; '' where none is given)."""
         extra = self.options.cache_key_extra
-        extra = extra() if callable(extra) else (extra or "")
+        return extra() if callable(extra) else (extra or "")
+
+    def entry_extra(self, args: tuple, kwargs: dict[str, Any], extra: str | None = None) -> str:
+        """What the cache entry depends on besides the function's source, key, space and group size: the code it
+        uses, the devices of its tensors, ``cache_key_extra`` (``extra``: its text already read, else read here)
+        and the timing mode (a decision timed cold is no answer for steady timing), last, after
+        :data:`TIMING_LINE` (the journals are named without it)."""
+        extra = self.user_extra() if extra is None else extra
         return (f"{self.dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}"
                 f"{TIMING_LINE}{timing_mode(self.options.timing)}")

@@ -142,15 +142,17 @@ class Tuning:
     def _agree(self, key_error: str | None, problem: str | None) -> None:
         """Step 1 (across replicas too, with a layout); then the timeout of this tuning."""
         tuner, layout = self.tuner, self.layout
-        key_text = extra = ""
+        key_text = extra = user_extra = ""
         if key_error is None:
             try:
                 key_text = describe_key(self.key, "the key key_fn returned")
-                extra = tuner.entry_extra(self.args, self.kwargs)
+                user_extra = tuner.user_extra()
+                extra = tuner.entry_extra(self.args, self.kwargs, user_extra)
             except Exception as exc:  # an unstable key, or a failing cache_key_extra: agreed below
                 key_error = str(exc) if isinstance(exc, BadInputError) else f"cache_key_extra: {describe_error(exc)}"
         self.key_text, self.label = key_text, f"[{tuner.name} key={key_text}]"
-        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite, layout)
+        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite, layout,
+                      user_extra)
         self.extra = extra
         self.timeout = tuner.options.timeout if tuner.options.timeout is not None else self.env.timeout
 
