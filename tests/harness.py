@@ -154,6 +154,13 @@ def run_python(command: Sequence[str | Path], env: dict[str, str] | None = None,
     return subprocess.CompletedProcess([sys.executable, *command], proc.returncode, out, err)
 
 
+def run_cli(args: Sequence[str | Path], env: dict[str, str], cwd: str | Path | None = None,
+            timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """``python -m triton_dist_tune ARGS`` in environment ``env`` (the whole of it) and folder ``cwd``, as
+    :func:`run_python` runs it (the test of the console script starts a fresh one)."""
+    return run_python(["-m", "triton_dist_tune", *args], env, cwd, timeout)
+
+
 def run_process(script: str | Path, args: list[str] | None = None, env: dict[str, str] | None = None,
                 timeout: float = 100.0) -> subprocess.CompletedProcess:
     """``python SCRIPT ARGS`` in an environment of ``base_env(env)`` (no rank of a group unless ``env`` says so), as

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_fork import run_cli
-from harness import ROOT, RankResult, base_env, describe, run_ranks, tuner_env
+from harness import ROOT, RankResult, base_env, describe, run_cli, run_ranks, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.faults.journal import Journal
@@ -55,7 +54,7 @@ def tuned(tmp_path_factory, worker_id) -> dict:
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m triton_dist_tune ARGS`` in a process of its own, forked from one that imported torch already
-    (tests/cli_fork.py: it saves each command torch's import; the test of the console script starts a fresh one)."""
+    (harness.run_cli; the test of the console script starts a fresh one)."""
     return run_cli(list(args), base_env(env), cwd, timeout=120)
 
 

@@ -1,7 +1,7 @@
 """Frictions a new user's audit of the command line found, each with the real command that shows it fixed.
 
 Cache folders are written here as the package's own writers write them (``write_json_atomic``, the records'
-``to_json``); every command runs as ``python -m triton_dist_tune ...`` in a process of its own (tests/cli_fork.py).
+``to_json``); every command runs as ``python -m triton_dist_tune ...`` in a process of its own (harness.run_cli).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_fork import run_cli
-from harness import ROOT, base_env, run_command, tune_alone, tuner_env
+from harness import ROOT, base_env, run_cli, run_command, tune_alone, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.records import Outcome

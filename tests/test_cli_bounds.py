@@ -2,7 +2,7 @@
 it (before the fix) and shows it fixed.
 
 Cache folders are written as the package's own writers write them (``write_json_atomic``); every command runs as
-``python -m triton_dist_tune ...`` in a process of its own (tests/cli_fork.py). Nothing here writes outside the
+``python -m triton_dist_tune ...`` in a process of its own (harness.run_cli). Nothing here writes outside the
 test's temporary folder: the FIFOs and links are made there.
 """
 
@@ -17,8 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from cli_fork import run_cli
-from harness import base_env
+from harness import base_env, run_cli
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND, MAX_BUNDLE_BYTES
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic

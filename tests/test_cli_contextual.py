@@ -8,8 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_fork import run_cli
-from harness import tune_alone
+from harness import run_cli, tune_alone
 
 TWO_FUNCTIONS = '''
 import torch, triton, triton.language as tl

@@ -1,6 +1,7 @@
 """A rank forked by tests/forkserver.py is what ``python SCRIPT ARGS`` would be: its argv, environment, working
 directory, ``sys.path[0]``, ``__main__``, exit status (``sys.exit``, an uncaught exception, a signal), output,
-exit handlers and a parent shared by the ranks of a job; and the environment that must start a fresh process does;
+exit handlers and a parent shared by the ranks of a job; ``python -c CODE`` and ``python -m MODULE`` forked are what
+a fresh process gives; and the environment that must start a fresh process does;
 and under a real torchrun (tests/fork_rank.py standing in for each worker) the same, torchrun's signals and exit
 statuses included."""
 

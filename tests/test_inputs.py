@@ -11,8 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_fork import run_cli
-from harness import HERE, base_env, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_cli, run_ranks, tuner_env
 
 import triton_dist_tune as tdt
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
@@ -127,7 +126,7 @@ def test_store_payloads_from_outsiders_never_run_and_unsendable_values_fail_ever
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    """``python -m triton_dist_tune ARGS`` in a child forked from a process that imported torch (tests/cli_fork.py)."""
+    """``python -m triton_dist_tune ARGS`` in a child forked from a process that imported torch (harness.run_cli)."""
     return run_cli(list(args), base_env(), timeout=120)
 
 

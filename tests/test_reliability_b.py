@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_fork import run_cli
-from harness import base_env, describe, run_ranks, stopping_together, tuner_env
+from harness import base_env, describe, run_cli, run_ranks, stopping_together, tuner_env
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions
@@ -21,7 +20,7 @@ from triton_dist_tune.disk.cache import hardware, versions
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m triton_dist_tune ARGS`` in a process of its own (forked from one that imported torch already:
-    tests/cli_fork.py)."""
+    harness.run_cli)."""
     return run_cli(list(args), base_env(), timeout=timeout)
 
 

@@ -6,8 +6,7 @@ import json
 import subprocess
 
 import pytest
-from cli_fork import run_cli
-from harness import HERE, base_env, parse_results, run_ranks, torchrun_command, tuner_env
+from harness import HERE, base_env, parse_results, run_cli, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.measure.timing import HEAVY_CYCLES, SETTLED_CYCLES
 

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_fork import run_cli
-from harness import base_env
+from harness import base_env, run_cli
 
 from triton_dist_tune.cli.commands import main
 from triton_dist_tune.disk import sglang_moe
