@@ -50,13 +50,16 @@ echo "== pytest-mpi: started in the background (its output comes after the main 
 mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py >"$logs/mpi.log" 2>&1 &
 mpi_pid=$!
 
-# six workers (pytest-xdist) on two cores: most tests spend much of their time waiting (on their ranks, on a
+# eight workers (pytest-xdist) on two cores: most tests spend much of their time waiting (on their ranks, on a
 # watchdog's deadline), so more workers than cores keep the cores busy (measured on this project's 2-core machine:
 # 2 workers left them 40% idle; fresh clones took 9 min 41 s to 10 min 8 s in all with 3 workers, 8 min 46 s with
 # 4; later, with more tests that wait, 9 min 49 s and 10 min 1 s with 4 against 8 min 31 s with 6, each a fresh
-# clone and a fresh HOME, triton 3.6 downloaded during the run); TDT_TEST_WORKERS sets another count. Work stealing:
+# clone and a fresh HOME, triton 3.6 downloaded during the run); 8 since the forked processes no longer pay the
+# interpreter's teardown (tests/forkserver.py), which left the cores idle while the waiting tests ran: the main pass
+# 538 s with 6 (cores 50-80% busy from its fifth minute on), 488 s with 8 (99% busy until its last minute), back to
+# back, both all passed; TDT_TEST_WORKERS sets another count. Work stealing:
 # a worker that runs out takes tests queued for another, so none idles at the end
-workers=${TDT_TEST_WORKERS:-6}
+workers=${TDT_TEST_WORKERS:-8}
 echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), $workers workers)"
 main=0
 "$PY" -m pytest -q -n "$workers" --dist worksteal --durations=15 "$@" || main=$?
