@@ -495,8 +495,8 @@ def _become(request: dict) -> None:
 
 def atexit_unfreeze() -> None:
     """The server froze its objects (out of the collector's walks); the last exit handler gives them back to the
-    collector, so that the interpreter's final collection frees them as in a fresh process (nanobind counts what
-    is left as leaked)."""
+    collector, so that where the interpreter's teardown still runs (a ``KeyboardInterrupt`` that ends the child: see
+    :func:`main`) its final collection frees them as in a fresh process (nanobind counts what is left as leaked)."""
     import atexit
     import gc
 
@@ -506,7 +506,7 @@ def atexit_unfreeze() -> None:
 def _end(status: int) -> None:
     """End a forked child as the interpreter ends a process, without its teardown: wait for its threads that are
     not daemons, run its exit handlers, flush its output, then exit with ``status``. The teardown (the modules'
-    and the last collection of every object the server imported, torch's and Triton's) took about 0.6 CPU-s per
+    and the last collection of every object the server imported, torch's and Triton's) took about 0.7 CPU-s per
     child, more than the rest of a short script's run; a fresh process pays it too, after 3 CPU-s of imports."""
     import atexit
     import threading

@@ -60,6 +60,15 @@ def test_cache_key_extra_that_differs_between_ranks_is_a_clear_error_on_every_ra
 
 
 @pytest.mark.timeout(120)
+def test_a_cache_key_extra_function_returning_a_number_still_tunes(tmp_path):
+    """The agreement's text of ``cache_key_extra`` is made of what its function returns, as the entry's name is:
+    a function returning 7 tuned as before the text was agreed (where the agreement took the text as given, every
+    rank raised ``TypeError`` before its first exchange)."""
+    results = run("cache_key_extra_not_text", tmp_path, {})
+    assert [result["result"].get("ok") for result in results] in ([16, 16], [32, 32]), results
+
+
+@pytest.mark.timeout(120)
 def test_an_undecided_policy_set_on_one_rank_only_is_a_clear_error_on_every_rank(tmp_path):
     # not agreed (serving takes one exchange, tuning none before its first agreement): the step check of every
     # exchange names both steps at once

@@ -52,6 +52,13 @@ def cache_key_extra_differs():
 
 
 @case
+def cache_key_extra_not_text():
+    """``cache_key_extra`` returns a number (the option asks for text): made text, as the entry's name always
+    made it."""
+    tune_once("extra_number", cache_key_extra=lambda: 7)
+
+
+@case
 def undecided_differs():
     """``TRITON_DIST_AUTOTUNE_UNDECIDED`` differs: a rank that serves an undecided key exchanges once to agree on
     what it serves, a rank that tunes it goes to the first agreement of a tuning."""

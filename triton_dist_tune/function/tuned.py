@@ -150,9 +150,10 @@ class TunedFunction:
         return f"{where}:{getattr(self.fn, '__qualname__', type(self.fn).__qualname__)}"
 
     def user_extra(self) -> str:
-        """This call's ``cache_key_extra`` (its function called where it is one; '' where none is given)."""
+        """This call's ``cache_key_extra`` as text (its function called where it is one, and what it returns made
+        text as the entry's name always made it; '' where none is given)."""
         extra = self.options.cache_key_extra
-        return extra() if callable(extra) else (extra or "")
+        return str(extra()) if callable(extra) else (extra or "")
 
     def entry_extra(self, args: tuple, kwargs: dict[str, Any], extra: str | None = None) -> str:
         """What the cache entry depends on besides the function's source, key, space and group size: the code it
