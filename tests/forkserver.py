@@ -445,7 +445,9 @@ def _kill(pid: int) -> None:
 def _become(request: dict) -> None:
     """In the forked child: be ``python SCRIPT ARGS`` (``python -c CODE ARGS``, ``python -m MODULE ARGS``) with the
     request's environment, and run the script (the code, the module as ``__main__``)."""
+    import atexit
     import builtins
+    import gc
     import importlib.machinery
 
     out_fd, err_fd = request["fds"]
@@ -465,7 +467,10 @@ def _become(request: dict) -> None:
     main.__dict__.clear()
     main.__dict__.update(__name__="__main__", __builtins__=builtins, __doc__=None, __package__=None, __spec__=None,
                          __annotations__={})
-    atexit_unfreeze()
+    # the server froze its objects (out of the collector's walks); the last exit handler gives them back, so that
+    # where the interpreter's teardown still runs (a KeyboardInterrupt that ends the child: see main) its final
+    # collection frees them as in a fresh process (nanobind counts what is left as leaked)
+    atexit.register(gc.unfreeze)
     if script == "-m":  # as ``python -m``: the working folder first; runpy makes the module's file argv[0]
         import runpy
 
@@ -473,12 +478,12 @@ def _become(request: dict) -> None:
         sys.argv = ["-m", *args[1:]]
         runpy._run_module_as_main(args[0], alter_argv=True)
         return
-    sys.argv = [script, *args] if script != "-c" else ["-c", *args[1:]]
-    sys.path[0] = "" if script == "-c" else os.path.dirname(script)
     if script == "-c":
+        sys.argv, sys.path[0] = ["-c", *args[1:]], ""
         main.__dict__["__loader__"] = importlib.machinery.BuiltinImporter
         code = compile(args[0], "<string>", "exec")
     else:
+        sys.argv, sys.path[0] = [script, *args], os.path.dirname(script)
         main.__dict__.update(__file__=script, __cached__=None,
                              __loader__=importlib.machinery.SourceFileLoader("__main__", script))
         with open(script, "rb") as f:
@@ -491,16 +496,6 @@ def _become(request: dict) -> None:
         e = e.with_traceback(e.__traceback__.tb_next)
         sys.excepthook(type(e), e, e.__traceback__)
         raise SystemExit(1) from None
-
-
-def atexit_unfreeze() -> None:
-    """The server froze its objects (out of the collector's walks); the last exit handler gives them back to the
-    collector, so that where the interpreter's teardown still runs (a ``KeyboardInterrupt`` that ends the child: see
-    :func:`main`) its final collection frees them as in a fresh process (nanobind counts what is left as leaked)."""
-    import atexit
-    import gc
-
-    atexit.register(gc.unfreeze)
 
 
 def _end(status: int) -> None:
