@@ -1,10 +1,11 @@
-"""``python -u fork_rank.py SCRIPT ARGS``: a worker of a real torchrun that is ``python SCRIPT ARGS`` forked from the
-tests' server (tests/forkserver.py), which has imported torch already; torchrun starts this script in its place
-(``harness.torchrun_command``). It imports no torch: it connects to the server whose address is in
-``TDT_TEST_FORKSERVER_ADDRESS``, hands over its stdout and stderr with its argv, environment and working folder, passes
-on every signal torchrun sends it to the rank, and ends with the rank's exit status (by the same signal where the
-rank died of one). Where the server refuses the environment (a variable read when torch starts differs from the
-server's) or cannot be reached, it becomes ``python -u SCRIPT ARGS``."""
+"""``python -u fork_rank.py SCRIPT ARGS`` (or ``-m MODULE ARGS``): a worker of a real torchrun, or a rank of a real
+mpiexec, that is ``python SCRIPT ARGS`` forked from the tests' server (tests/forkserver.py), which has imported torch
+already; torchrun and mpiexec start this script in its place (``harness.torchrun_command``, ``harness.run_mpiexec``).
+It imports no torch: it connects to the server whose address is in ``TDT_TEST_FORKSERVER_ADDRESS``, hands over its
+stdout and stderr with its argv, environment and working folder, passes on every signal its launcher sends it to the
+rank, and ends with the rank's exit status (by the same signal where the rank died of one). Where the server refuses
+the environment (a variable read when torch starts differs from the server's) or cannot be reached, it becomes
+``python -u SCRIPT ARGS``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def _fresh(script: str, args: list[str]) -> None:
 
 
 def main() -> None:
-    script, args = os.path.abspath(sys.argv[1]), sys.argv[2:]
+    script, args = sys.argv[1], sys.argv[2:]
+    if script != "-m":  # ``-m MODULE ARGS`` as on Python's command line (mpiexec's ``python -m mpi4py SCRIPT``)
+        script = os.path.abspath(script)
     address = os.environ.get(ADDRESS_VAR)
     if not address:
         _fresh(script, args)

@@ -20,16 +20,17 @@ Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as 
 :data:`KEYED` that differs gets a server of its own, started with that value.
 
 The server is ``python -c "... forkserver.main(FD, ADDRESS)"``, reading requests on the socket FD from the test
-process and on connections to the listening socket ADDRESS from torchrun's stand-in workers.
+process and on connections to the listening socket ADDRESS from the launchers' stand-ins (tests/fork_rank.py).
 
-Workers of a real torchrun (:func:`torchrun_address`, ``harness.torchrun_command``): torchrun starts
-``python -u fork_rank.py SCRIPT ARGS`` for each, a stand-in that imports no torch. It connects to the server's
-listening socket (its address in :data:`ADDRESS_VAR`; only processes of the server's own user are answered), hands
-over its stdout and stderr, and the server forks the rank from there, checking its environment as :func:`start`
-does (torchrun sets some variables of its own). The stand-in passes on the signals torchrun sends it (torchrun
-signals its workers' process groups, which the rank is not in), ends with the rank's exit status (by the same
-signal where the rank died of one), and where it is killed itself the server kills the rank. Where the server
-refuses, the stand-in becomes ``python -u SCRIPT ARGS`` (exec).
+Workers of a real torchrun and ranks of a real mpiexec (:func:`torchrun_address`, ``harness.torchrun_command``,
+``harness.run_mpiexec``): the launcher starts ``python -u fork_rank.py SCRIPT ARGS`` for each, a stand-in that
+imports no torch. It connects to the server's listening socket (its address in :data:`ADDRESS_VAR`; only processes
+of the server's own user are answered), hands over its stdout and stderr, and the server forks the rank from there,
+checking its environment as :func:`start` does (torchrun sets some variables of its own; mpiexec, MPI's and a
+library folder). The stand-in passes on the signals its launcher sends it (torchrun signals its workers' process
+groups, which the rank is not in), ends with the rank's exit status (by the same signal where the rank died of one),
+and where it is killed itself the server kills the rank. An MPI rank that ends calls MPI's finalize as mpi4py's exit
+handler would (:func:`_end`). Where the server refuses, the stand-in becomes ``python -u SCRIPT ARGS`` (exec).
 """
 
 from __future__ import annotations
@@ -47,16 +48,19 @@ import threading
 import time
 
 #: a variable whose value differs from the server's forces a fresh process where its name starts with one of these
-#: (read when Python, torch, Triton or an MPI/OpenMP runtime start), unless it starts with one of LAZY
+#: (read when Python, torch, Triton or an OpenMP runtime start), unless it starts with one of LAZY. MPI's own
+#: (``OMPI_*``, ``PMIX_*``, ...) are not among them: a rank reads them when it starts MPI (mpi4py's import), after the
+#: fork, as the server loads no MPI library (mpi4py is not in PRELOAD; torch's wheels have no MPI backend)
 AT_START = ("PYTHON", "TORCH", "PYTORCH", "TRITON_", "CUDA", "NCCL", "GLOO", "NVSHMEM", "OMP_", "MKL", "KMP_",
-            "LD_", "OMPI", "PMI", "PMIX", "MPI", "KINETO", "HIP", "ROCM", "XLA", "TF_", "MALLOC", "GLIBC",
+            "LD_", "KINETO", "HIP", "ROCM", "XLA", "TF_", "MALLOC", "GLIBC",
             # folders a module may have resolved when the server imported it (the home folder, the temporary one)
             "HOME", "USER", "XDG_", "TMP", "TEMP")
 #: read each time they are used (the tuner's settings; Triton's knobs are read on access)
 LAZY = ("TRITON_DIST_AUTOTUNE_", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_DIR", "TORCHELASTIC_")
 #: variables read at start for which a test asks for whole jobs of ranks with another value (the compile-pass tests
-#: run with TRITON_INTERPRET=0): a second server started with that value forks them, instead of a fresh process each
-KEYED = ("TRITON_INTERPRET",)
+#: run with TRITON_INTERPRET=0; mpiexec gives its ranks an LD_LIBRARY_PATH that names Open MPI's library folder): a
+#: second server started with that value forks them, instead of a fresh process each
+KEYED = ("TRITON_INTERPRET", "LD_LIBRARY_PATH")
 #: what the server imports before it forks; the last two are what a rank's first kernel launch imports (triton 3.6
 #: and 3.9): 0.05-0.1 s per rank alone, 47 CPU-s of the suite's forked ranks under its load (py-spy)
 PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune",
@@ -172,9 +176,16 @@ def _stop_servers() -> None:
     _SERVERS.clear()
 
 
+def _searched(value: str | None) -> tuple[str, ...] | None:
+    """The folders a search path (``LD_LIBRARY_PATH``) names, each once, in order: what the loader searches (mpiexec
+    names its own library folder three times before the caller's)."""
+    return None if value is None else tuple(dict.fromkeys(value.split(":")))
+
+
 def _differs(a: dict[str, str], b: dict[str, str]) -> list[str]:
     return [k for k in set(a) | set(b)
-            if a.get(k) != b.get(k) and k.startswith(AT_START) and not k.startswith(LAZY)]
+            if k.startswith(AT_START) and not k.startswith(LAZY)
+            and (_searched(a.get(k)) != _searched(b.get(k)) if k == "LD_LIBRARY_PATH" else a.get(k) != b.get(k))]
 
 
 class ForkedProcess:
@@ -513,6 +524,10 @@ def _end(status: int) -> None:
             stream.flush()
         except (OSError, ValueError):  # closed, or its reader gone: as at an interpreter's exit, nothing more
             pass
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and sys.modules["mpi4py"].rc.finalize is not False and mpi.Is_initialized() \
+            and not mpi.Is_finalized():
+        mpi.Finalize()  # what mpi4py's own exit handler does last at an interpreter's exit (C's Py_AtExit)
     os._exit(status)
 
 

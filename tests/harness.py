@@ -259,11 +259,23 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("mpiexec not installed")
-    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    cmd = [mpiexec, "-n", str(n), "--oversubscribe", sys.executable, *python_args, str(script), *args]
+    full = base_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env})
+    entry = [*python_args, str(script)]
+    # the ranks' environment as mpiexec gives it: Open MPI's library folder (its prefix's lib) first in
+    # LD_LIBRARY_PATH, which the loader reads at start; where this guess is wrong the server refuses the ranks, and
+    # each becomes a fresh ``python SCRIPT``
+    ranks_env = {**full, "LD_LIBRARY_PATH": ":".join(filter(None, [str(Path(mpiexec).resolve().parent.parent / "lib"),
+                                                                   full.get("LD_LIBRARY_PATH")]))}
+    address = None
+    if tuple(python_args) in ((), ("-m", "mpi4py")):
+        address = forkserver.torchrun_address(ranks_env, base_env())
+    if address:  # each rank a fork of the tests' server (tests/fork_rank.py stands in for ``python SCRIPT``)
+        full[forkserver.ADDRESS_VAR] = address
+        entry = ["-u", str(HERE / "fork_rank.py"), *entry]
+    cmd = [mpiexec, "-n", str(n), "--oversubscribe", sys.executable, *entry, *args]
     for launch in range(1, MPIEXEC_LAUNCHES + 1):
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, env=base_env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)

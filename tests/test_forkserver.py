@@ -3,7 +3,7 @@ directory, ``sys.path[0]``, ``__main__``, exit status (``sys.exit``, an uncaught
 exit handlers and a parent shared by the ranks of a job; ``python -c CODE`` and ``python -m MODULE`` forked are what
 a fresh process gives; and the environment that must start a fresh process does;
 and under a real torchrun (tests/fork_rank.py standing in for each worker) the same, torchrun's signals and exit
-statuses included."""
+statuses included; and under a real mpiexec, MPI's finalize at exit and its abort included."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 
 import forkserver
 import pytest
-from harness import HERE, base_env, parse_results, run_python, run_ranks, torchrun_command
+from harness import HERE, base_env, parse_results, run_mpiexec, run_python, run_ranks, torchrun_command
 
 SCRIPT = '''
 import atexit, json, os, sys, time
@@ -166,6 +166,40 @@ def test_a_stand_in_ends_with_its_ranks_exit_status(script, how, code):
     (result,) = parse_results(done.stdout)
     assert done.returncode == code and result["argv"] == [how] and result["parent"] != os.getpid(), done.stderr
     assert ("ValueError: raised at top level" in done.stderr) == (how == "raise")
+
+
+MPI_SCRIPT = '''
+import json, os, sys
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1)
+print("RESULT " + json.dumps({"rank": comm.Get_rank(), "total": total, "parent": os.getppid()}), flush=True)
+if sys.argv[1] == "abort":
+    if comm.Get_rank() == 1:
+        comm.Abort(5)
+    comm.Barrier()  # rank 0: waits for the rank that aborted, until mpiexec ends it
+'''
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["ends", "abort"])
+def test_mpiexecs_ranks_are_forked_finalize_at_their_exit_and_abort_the_job(tmp_path, how):
+    """Under a real mpiexec each rank is a fork of the server (tests/fork_rank.py stands in for ``python SCRIPT``):
+    a rank that ends calls MPI's finalize as mpi4py's exit handler does in a fresh process (before: the fork's exit
+    skipped it, and mpiexec failed the job: a process ended without finalizing); ``MPI_Abort`` ends every rank and
+    mpiexec with its code."""
+    pytest.importorskip("mpi4py")
+    path = tmp_path / "mpi_script.py"
+    path.write_text(MPI_SCRIPT)
+    job = run_mpiexec(path, 2, [how], {}, timeout=90)
+    results = sorted(parse_results(job.stdout), key=lambda r: r["rank"])
+    assert [r["total"] for r in results] == [3, 3], job.stderr[-3000:]
+    servers = {s.proc.pid for s in forkserver._SERVERS.values()}
+    assert all(r["parent"] in servers for r in results), (results, servers)
+    if how == "ends":
+        assert job.returncode == 0 and "finalize" not in job.stderr.lower(), job.stderr[-3000:]
+    else:
+        assert job.returncode == 5 and "MPI_ABORT" in job.stderr, (job.returncode, job.stderr[-3000:])
 
 
 def stand_in(script, tmp_path, **extra: str) -> tuple[subprocess.Popen, int]:

@@ -66,17 +66,16 @@ def test_a_job_restarted_on_two_nodes_starts_again_and_tunes(tmp_path):
     left there, the ranks waited on different keys until ``init_distributed``'s deadline (``DistStoreError: wait
     timeout ... keys: /attempt1//0//cpu//0/1``). The tuner's own keys were named by the count too."""
     import subprocess
-    import sys
     from pathlib import Path
 
-    from harness import HERE, base_env, free_port, parse_results, tuner_env
+    from harness import HERE, free_port, parse_results, torchrun_command, tuner_env
 
     port = free_port()
-    env = base_env(tuner_env(tmp_path, 30, INIT_TIMEOUT_S="40", FAULT_DIR=str(tmp_path)))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-               "--max-restarts", "1", "--monitor-interval", "0.2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-               f"127.0.0.1:{port}", "--rdzv-id", f"two-nodes-{port}",
-               str(Path(HERE) / "scenarios" / "restart_cases.py"), "node_0_fails_first"]
+    command, env = torchrun_command(
+        ["--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "1", "--monitor-interval", "0.2",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"two-nodes-{port}"],
+        Path(HERE) / "scenarios" / "restart_cases.py", ["node_0_fails_first"],
+        tuner_env(tmp_path, 30, INIT_TIMEOUT_S="40", FAULT_DIR=str(tmp_path)))
     agents = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for _ in range(2)]
     outputs = [agent.communicate(timeout=200) for agent in agents]

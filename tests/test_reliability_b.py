@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from harness import base_env, describe, run_cli, run_ranks, stopping_together, tuner_env
+from harness import base_env, describe, run_cli, run_ranks, spawn, stopping_together, tuner_env
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions
@@ -99,15 +100,14 @@ def test_import_refuses_two_entries_that_name_one_file_through_a_link(tmp_path):
 LOG_WRITER = Path(__file__).resolve().parent / "scenarios" / "reliability_b_logs.py"
 
 
-def log_writer(folder: Path, job: str, rank: int, marker: str, *hold: Path) -> subprocess.Popen:
+def log_writer(folder: Path, job: str, rank: int, marker: str, *hold: Path) -> Any:
     """A process of job ``job`` (rank ``rank``) that logs ``marker first`` (and, holding, ``marker second``)."""
     env = base_env({"TORCHELASTIC_RUN_ID": job, "RANK": str(rank), "WORLD_SIZE": "2",
                     "TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)})
-    return subprocess.Popen([sys.executable, str(LOG_WRITER), marker, *map(str, hold)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return spawn(LOG_WRITER, [marker, *map(str, hold)], env)
 
 
-def finish(procs: list[subprocess.Popen]) -> None:
+def finish(procs: list[Any]) -> None:
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
