@@ -211,7 +211,14 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
         outputs.append((rank, proc.returncode, out, err))
     outputs = [output[1:] for output in sorted(outputs)]
     if timed_out:
-        detail = "\n".join(f"--- rank {r} rc={rc}\n{err[-2000:]}" for r, (rc, _, err) in enumerate(outputs))
+        logs = Path(base_env(env).get("TRITON_DIST_AUTOTUNE_LOG_DIR", "/nonexistent"))
+
+        def log_tail(rank: int) -> str:  # the folder is gone with the test's: its last lines say where each rank was
+            path = logs / f"rank-{rank}.log"
+            return path.read_text(errors="replace")[-1500:] if path.is_file() else "(none)"
+
+        detail = "\n".join(f"--- rank {r} rc={rc}\nstdout: {out[-1000:]}\nstderr: {err[-2000:]}\nlog: {log_tail(r)}"
+                           for r, (rc, out, err) in enumerate(outputs))
         raise TimeoutError(f"{script} did not finish within {timeout} s\n{detail}")
     return [RankResult(r, rc, out, err, parse_results(out)) for r, (rc, out, err) in enumerate(outputs)]
 
