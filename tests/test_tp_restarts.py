@@ -57,7 +57,7 @@ def torchrun_job(tmp_path: Path, case: str, nproc: int, restarts: int, timeout: 
     """Run ``case`` under ``torchrun --standalone --max-restarts RESTARTS`` (the environment: ``tuner_env`` and
     ``extra``); returns its exit status, output, RESULT lines and each rank's calls (``(attempt, function, index)``
     -> count). Past ``timeout`` every process of the job is killed and the test fails."""
-    env = tuner_env(tmp_path, float(extra.pop("T", "30")), FAULT_DIR=str(tmp_path), HOME=str(tmp_path), **extra)
+    env = tuner_env(tmp_path, float(extra.pop("T", "30")), FAULT_DIR=str(tmp_path), **extra)
     cmd, full = torchrun_command(["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
                                   "--monitor-interval", "0.1"], SCRIPT, [case], env)
     return _run(tmp_path, cmd, full, nproc, timeout)
@@ -120,7 +120,7 @@ def test_always_tune_under_a_torchrun_that_names_no_job_still_leaves_out_what_an
     from harness import free_port
 
     port = free_port()
-    env = tuner_env(tmp_path, 8, FAULT_DIR=str(tmp_path), HOME=str(tmp_path), STOP="ag_gemm:2@1/0,ag_gemm:2@1/1",
+    env = tuner_env(tmp_path, 8, FAULT_DIR=str(tmp_path), STOP="ag_gemm:2@1/0,ag_gemm:2@1/1",
                     TRITON_DIST_AUTOTUNE_ALWAYS_TUNE="1")
     cmd, full = torchrun_command(["--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "1",
                                   "--monitor-interval", "0.1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
