@@ -132,6 +132,9 @@ class Server:
                     if "listening" in msg:
                         self.listening.set()
                     elif "pid" in msg:
+                        # the word of an earlier rank's exit that no one waited for, whose pid the kernel gave again
+                        # (it came before this: the server reaps a rank, says so, and only then forks the next)
+                        self.exits.pop(msg["pid"], None)
                         self.pids.append(msg["pid"])
                     elif "exit" in msg:
                         self.exits[msg["exit"]] = msg["status"]
@@ -217,7 +220,7 @@ class ForkedProcess:
         self.send_signal(signal.SIGTERM)
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
+        if self.poll() is None:  # as Popen: an ended rank's pid may be another process's by now
             try:
                 os.kill(self.pid, sig)
             except ProcessLookupError:

@@ -202,6 +202,72 @@ def test_mpiexecs_ranks_are_forked_finalize_at_their_exit_and_abort_the_job(tmp_
         assert job.returncode == 5 and "MPI_ABORT" in job.stderr, (job.returncode, job.stderr[-3000:])
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_given_the_pid_of_an_earlier_one_is_not_read_ended_by_that_ones_exit():
+    """The kernel gives pids again (``pid_max`` is 32,768 here, and a run of the suite starts thousands of processes
+    and threads). A rank forked with the pid of an earlier rank that no one waited for is running, not ended with
+    that one's exit status (before: the server's word of the first one's exit stayed in the test process's table,
+    and ``poll()`` of the second read it at once). The pid is asked of the kernel (``ns_last_pid``, root only)."""
+    last_pid = "/proc/sys/kernel/ns_last_pid"
+    if os.geteuid() != 0 or not os.access(last_pid, os.W_OK):
+        pytest.skip("asking the kernel for a pid needs root")
+    env = base_env()
+    first = forkserver.start("-c", ["pass"], env, env)
+    assert first is not None
+    server = first.server
+    with server.cond:  # its exit told, and not waited for (wait and poll take it from the table)
+        assert server.cond.wait_for(lambda: first.pid in server.exits, 60)
+    for _ in range(20):  # another process of the machine may take the pid first: ask again
+        with open(last_pid, "w") as f:
+            f.write(str(first.pid - 1))
+        second = forkserver.start("-c", ["import time; time.sleep(60)"], env, env)
+        if second.pid == first.pid:
+            break
+        second.kill()
+        second.communicate(timeout=30)
+    else:
+        pytest.skip("the kernel gave the pid asked for to other processes 20 times")
+    try:
+        assert second.poll() is None
+    finally:
+        second.kill()
+        second.communicate(timeout=30)
+    assert second.returncode == -signal.SIGKILL
+
+
+@pytest.mark.timeout(120)
+def test_killing_an_ended_rank_signals_no_process_that_was_given_its_pid():
+    """As ``Popen.send_signal``: a rank that has ended (its exit told, not yet read) is not signalled, for its pid
+    may be another process's by now (before: ``kill()`` sent SIGKILL to whatever process the kernel had given the
+    pid). The pid is asked of the kernel (``ns_last_pid``, root only)."""
+    last_pid = "/proc/sys/kernel/ns_last_pid"
+    if os.geteuid() != 0 or not os.access(last_pid, os.W_OK):
+        pytest.skip("asking the kernel for a pid needs root")
+    env = base_env()
+    ended = forkserver.start("-c", ["pass"], env, env)
+    assert ended is not None
+    with ended.server.cond:
+        assert ended.server.cond.wait_for(lambda: ended.pid in ended.server.exits, 60)
+    for _ in range(20):  # another process of the machine may take the pid first: ask again
+        with open(last_pid, "w") as f:
+            f.write(str(ended.pid - 1))
+        other = subprocess.Popen(["sleep", "60"])
+        if other.pid == ended.pid:
+            break
+        other.kill()
+        other.wait()
+    else:
+        pytest.skip("the kernel gave the pid asked for to other processes 20 times")
+    try:
+        ended.kill()
+        time.sleep(0.2)
+        assert other.poll() is None
+        assert ended.returncode == 0
+    finally:
+        other.kill()
+        other.wait()
+
+
 def stand_in(script, tmp_path, **extra: str) -> tuple[subprocess.Popen, int]:
     """tests/fork_rank.py started as torchrun starts a worker, its rank sleeping; and the rank's pid."""
     _, env = torchrun_command([], script, [], {"PID_FILE": str(tmp_path / "pid"), "RANK": "0", **extra})
