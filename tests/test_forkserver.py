@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import forkserver
 import pytest
@@ -202,31 +204,45 @@ def test_mpiexecs_ranks_are_forked_finalize_at_their_exit_and_abort_the_job(tmp_
         assert job.returncode == 5 and "MPI_ABORT" in job.stderr, (job.returncode, job.stderr[-3000:])
 
 
+LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def ended_rank() -> forkserver.ForkedProcess:
+    """A forked rank that has ended, its exit told by the server and not yet read (``poll`` and ``wait`` read it);
+    skips the test where the kernel cannot be asked for a pid (:func:`given_its_pid`: root only)."""
+    if os.geteuid() != 0 or not os.access(LAST_PID, os.W_OK):
+        pytest.skip("asking the kernel for a pid needs root")
+    env = base_env()
+    ended = forkserver.start("-c", ["pass"], env, env)
+    assert ended is not None
+    with ended.server.cond:
+        assert ended.server.cond.wait_for(lambda: ended.pid in ended.server.exits, 60)
+    return ended
+
+
+def given_its_pid(pid: int, start: Callable[[], Any]) -> Any:
+    """What ``start()`` starts, as the process the kernel gave ``pid`` (asked through ``ns_last_pid``); another
+    process of the machine may take it first, so it is asked again, 20 times at most (then the test is skipped)."""
+    for _ in range(20):
+        with open(LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        proc = start()
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.communicate(timeout=30)
+    pytest.skip("the kernel gave the pid asked for to other processes 20 times")
+
+
 @pytest.mark.timeout(120)
 def test_a_rank_given_the_pid_of_an_earlier_one_is_not_read_ended_by_that_ones_exit():
     """The kernel gives pids again (``pid_max`` is 32,768 here, and a run of the suite starts thousands of processes
     and threads). A rank forked with the pid of an earlier rank that no one waited for is running, not ended with
     that one's exit status (before: the server's word of the first one's exit stayed in the test process's table,
-    and ``poll()`` of the second read it at once). The pid is asked of the kernel (``ns_last_pid``, root only)."""
-    last_pid = "/proc/sys/kernel/ns_last_pid"
-    if os.geteuid() != 0 or not os.access(last_pid, os.W_OK):
-        pytest.skip("asking the kernel for a pid needs root")
+    and ``poll()`` of the second read it at once)."""
+    first = ended_rank()
     env = base_env()
-    first = forkserver.start("-c", ["pass"], env, env)
-    assert first is not None
-    server = first.server
-    with server.cond:  # its exit told, and not waited for (wait and poll take it from the table)
-        assert server.cond.wait_for(lambda: first.pid in server.exits, 60)
-    for _ in range(20):  # another process of the machine may take the pid first: ask again
-        with open(last_pid, "w") as f:
-            f.write(str(first.pid - 1))
-        second = forkserver.start("-c", ["import time; time.sleep(60)"], env, env)
-        if second.pid == first.pid:
-            break
-        second.kill()
-        second.communicate(timeout=30)
-    else:
-        pytest.skip("the kernel gave the pid asked for to other processes 20 times")
+    second = given_its_pid(first.pid, lambda: forkserver.start("-c", ["import time; time.sleep(60)"], env, env))
     try:
         assert second.poll() is None
     finally:
@@ -239,25 +255,9 @@ def test_a_rank_given_the_pid_of_an_earlier_one_is_not_read_ended_by_that_ones_e
 def test_killing_an_ended_rank_signals_no_process_that_was_given_its_pid():
     """As ``Popen.send_signal``: a rank that has ended (its exit told, not yet read) is not signalled, for its pid
     may be another process's by now (before: ``kill()`` sent SIGKILL to whatever process the kernel had given the
-    pid). The pid is asked of the kernel (``ns_last_pid``, root only)."""
-    last_pid = "/proc/sys/kernel/ns_last_pid"
-    if os.geteuid() != 0 or not os.access(last_pid, os.W_OK):
-        pytest.skip("asking the kernel for a pid needs root")
-    env = base_env()
-    ended = forkserver.start("-c", ["pass"], env, env)
-    assert ended is not None
-    with ended.server.cond:
-        assert ended.server.cond.wait_for(lambda: ended.pid in ended.server.exits, 60)
-    for _ in range(20):  # another process of the machine may take the pid first: ask again
-        with open(last_pid, "w") as f:
-            f.write(str(ended.pid - 1))
-        other = subprocess.Popen(["sleep", "60"])
-        if other.pid == ended.pid:
-            break
-        other.kill()
-        other.wait()
-    else:
-        pytest.skip("the kernel gave the pid asked for to other processes 20 times")
+    pid)."""
+    ended = ended_rank()
+    other = given_its_pid(ended.pid, lambda: subprocess.Popen(["sleep", "60"]))
     try:
         ended.kill()
         time.sleep(0.2)
