@@ -22,7 +22,7 @@ Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as 
 The server is ``python -c "... forkserver.main(FD, ADDRESS)"``, reading requests on the socket FD from the test
 process and on connections to the listening socket ADDRESS from the launchers' stand-ins (tests/fork_rank.py).
 
-Workers of a real torchrun and ranks of a real mpiexec (:func:`torchrun_address`, ``harness.torchrun_command``,
+Workers of a real torchrun and ranks of a real mpiexec (:func:`stand_in_address`, ``harness.torchrun_command``,
 ``harness.run_mpiexec``): the launcher starts ``python -u fork_rank.py SCRIPT ARGS`` for each, a stand-in that
 imports no torch. It connects to the server's listening socket (its address in :data:`ADDRESS_VAR`; only processes
 of the server's own user are answered), hands over its stdout and stderr, and the server forks the rank from there,
@@ -302,9 +302,9 @@ def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str
         return None
 
 
-def torchrun_address(env: dict[str, str], base: dict[str, str]) -> str | None:
-    """The address of the server that forks the workers torchrun starts in environment ``env`` (tests/fork_rank.py
-    connects to it), or None where no fork can stand for them."""
+def stand_in_address(env: dict[str, str], base: dict[str, str]) -> str | None:
+    """The address of the server that forks the ranks a launcher (torchrun, mpiexec) starts in environment ``env``
+    (their stand-ins, tests/fork_rank.py, connect to it), or None where no fork can stand for them."""
     server = _server_for(env, base)
     if server is None or not server.listening.wait(60) or not server.alive():
         return None

@@ -231,7 +231,7 @@ def torchrun_command(torchrun_args: Sequence[str], script: str | Path, args: Seq
     processes where the environment asks for them (as :func:`spawn`)."""
     full = base_env(env)
     entry = [str(script)]
-    address = forkserver.torchrun_address(full, base_env())
+    address = forkserver.stand_in_address(full, base_env())
     if address:
         full[forkserver.ADDRESS_VAR] = address
         entry.insert(0, str(HERE / "fork_rank.py"))
@@ -275,7 +275,7 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
                                                                    full.get("LD_LIBRARY_PATH")]))}
     address = None
     if tuple(python_args) in ((), ("-m", "mpi4py")):
-        address = forkserver.torchrun_address(ranks_env, base_env())
+        address = forkserver.stand_in_address(ranks_env, base_env())
     if address:  # each rank a fork of the tests' server (tests/fork_rank.py stands in for ``python SCRIPT``)
         full[forkserver.ADDRESS_VAR] = address
         entry = ["-u", str(HERE / "fork_rank.py"), *entry]

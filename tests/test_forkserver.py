@@ -221,12 +221,19 @@ def ended_rank() -> forkserver.ForkedProcess:
 
 
 def given_its_pid(pid: int, start: Callable[[], Any]) -> Any:
-    """What ``start()`` starts, as the process the kernel gave ``pid`` (asked through ``ns_last_pid``); another
-    process of the machine may take it first, so it is asked again, 20 times at most (then the test is skipped)."""
+    """What ``start()`` starts, as the process the kernel gave ``pid`` (asked through ``ns_last_pid``, then set back
+    to where it was); another process of the machine may take it first, so it is asked again, 20 times at most (then
+    the test is skipped)."""
     for _ in range(20):
+        with open(LAST_PID) as f:
+            last = int(f.read())
         with open(LAST_PID, "w") as f:
             f.write(str(pid - 1))
         proc = start()
+        with open(LAST_PID, "r+") as f:  # the machine's next pids go on from where they were: the pids given since
+            if int(f.read()) < last:  # ``pid`` (other tests' ranks, some ended moments ago) are not given again now
+                f.seek(0)
+                f.write(str(last))
         if proc.pid == pid:
             return proc
         proc.kill()
