@@ -81,6 +81,14 @@ def test_autotune_replicas_missing_on_one_rank_whose_replica_partner_passes_it_i
 
 
 @pytest.mark.timeout(120)
+def test_replicas_that_differ_in_cache_key_extra_are_a_mismatch_on_every_rank(env):
+    # the replicas keep one decision, read and written by replica 0's group rank 0 under its own text. Was: every
+    # rank tuned and served that decision, and replica 1's text was never looked at
+    every_rank_at_once(four_ranks("replicas_differ_in_cache_key_extra", env), "MismatchError",
+                       "differ in cache_key_extra: replicas [0]: 'v2'; replicas [1]: 'v3'")
+
+
+@pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
     # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so

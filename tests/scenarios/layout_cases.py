@@ -20,8 +20,9 @@ from _cases import case, emit, main
 import triton_dist_tune as tdt
 
 
-def layer(name: str, key_fn=lambda x: x.numel()):
-    @tdt.autotune([{"v": v} for v in range(4)], key_fn=key_fn, n_warmup=0, n_repeat=1, timing="cold", name=name)
+def layer(name: str, key_fn=lambda x: x.numel(), **options):
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=key_fn, n_warmup=0, n_repeat=1, timing="cold", name=name,
+                  **options)
     def f(x, *, v):
         return x * v
 
@@ -110,6 +111,14 @@ def replicas_missing_on_one_rank():
     rank 0, its partner across replicas, waits for it there (and rank 1 for rank 0, rank 3 for rank 1)."""
     me, tp, across = two_by_two()
     call(layer("replicas_missing"), autotune_pg=tp, **({} if me == 2 else {"autotune_replicas": across}))
+
+
+@case
+def replicas_differ_in_cache_key_extra():
+    """Each TP group agrees on its cache_key_extra ('v2' on ranks 0 and 1, 'v3' on ranks 2 and 3), but the two
+    replicas, which keep one decision for the whole layout, differ in it."""
+    me, tp, across = two_by_two()
+    call(layer("replicas_extra", cache_key_extra=f"v{2 + me // 2}"), autotune_pg=tp, autotune_replicas=across)
 
 
 @case

@@ -57,12 +57,12 @@ def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: st
 
     With a ``layout`` (``autotune_replicas``), three exchanges, so that a problem found on any rank of any replica
     is an error on every rank of every replica at once (never a timeout on the ranks that found none): across
-    replicas (key, config space, group size), then inside the group (carrying what the first found), then across
-    replicas again (carrying what the group found)."""
+    replicas (key, config space, group size, ``cache_key_extra``'s text: the layout keeps one decision), then inside
+    the group (carrying what the first found), then across replicas again (carrying what the group found)."""
     if layout is None:
         return _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite, "not given", user_extra)
     failed = _caught(lambda: layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem,
-                                          _timeout(tuner)))
+                                          _timeout(tuner), extra_shown(user_extra)))
     in_group = _caught(lambda: _agree_in_group(tuner, group, key_text, problem or _text(failed), args, kwargs,
                                                overwrite, str(layout.replicas.size), user_extra))
     failed = failed or in_group  # this rank's own error first: the group's carries it

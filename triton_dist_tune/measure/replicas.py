@@ -4,7 +4,8 @@ A call with ``autotune_pg=tp_group, autotune_replicas=replica_group`` (``replica
 of every replica, e.g. ``mesh.get_group("dp")`` of a ``DeviceMesh`` whose other dimension is ``tp``) tunes so that
 every rank of every replica ends on one config per key:
 
-1. the replicas agree on key and config space, and on the configs every rank of every replica keeps;
+1. the replicas agree on key, config space and ``cache_key_extra``, and on the configs every rank of every replica
+   keeps;
 2. replica ``j`` of ``R`` races the configs at positions ``j, j + R, ...`` of that list, in lock-step inside its
    group (:meth:`Measurer.lockstep`, the measurement engine's race), so the first pass costs each rank 1/R of it;
 3. the outcomes are gathered across replicas (all ranks of a group hold the same outcomes, so every position
@@ -152,11 +153,14 @@ class Layout:
         return fingerprint(f"{entry}/replicas{self.replicas.size}")
 
     def agree(self, name: str, key_text: str, space_text: str, timeout: float | None,
-              problem: str | None = None, own_timeout: float | None = None) -> None:
+              problem: str | None = None, own_timeout: float | None = None, extra_text: str = "''") -> None:
         """Raise the same error on every rank when some replica reports a ``problem`` (a failing ``key_fn``), or
-        replicas differ in key, config space or group size (:class:`MismatchError`). ``own_timeout``: this rank's
-        tuning timeout, agreed too: replicas that differ in it are warned, not stopped (as a group's ranks are)."""
-        fields = {"group size": str(self.group.size), "config space": space_text, "key": key_text}
+        replicas differ in key, config space, group size or ``cache_key_extra`` (``extra_text``, as the group's
+        agreement shows it) (:class:`MismatchError`): the layout keeps one decision, under replica 0's text.
+        ``own_timeout``: this rank's tuning timeout, agreed too: replicas that differ in it are warned, not stopped
+        (as a group's ranks are)."""
+        fields = {"group size": str(self.group.size), "config space": space_text, "key": key_text,
+                  "cache_key_extra": extra_text}
         if own_timeout is not None:
             fields[_TIMEOUT] = f"{own_timeout:g} s"
         found = agree(self.replicas, fields, f"[{name}] agree across replicas", timeout, problem)
