@@ -209,6 +209,19 @@ def test_settings_are_read_in_one_place(monkeypatch, tmp_path):
     assert json.dumps(str(settings.Settings().cache_dir)).endswith('autotune"')
 
 
+def test_the_default_cache_folder_follows_home_as_it_is_now(monkeypatch, tmp_path):
+    """The default cache folder is under ``HOME`` as the environment names it at the call, not at the package's
+    import (before, a process that set ``HOME`` after importing it, or a rank forked from one that imported it
+    under another ``HOME``, kept the old folder)."""
+    from triton_dist_tune import settings
+    from triton_dist_tune.disk.cache import cache_root
+
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    expected = tmp_path / ".triton_dist" / "autotune"
+    assert (settings.current().cache_dir, settings.Settings().cache_dir, cache_root()) == (expected,) * 3
+
+
 def test_the_settings_and_the_launcher_read_a_padded_world_size_alike():
     """``WORLD_SIZE`` is read by the settings (``Settings.world_size``, which says whether this process is one rank
     of several) and by the launcher's view (``Launcher.world_size``, which ``init_distributed`` starts the group

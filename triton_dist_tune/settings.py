@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -132,6 +132,11 @@ def _processes(env: Mapping[str, str]) -> int | None:
     return int(value) if value.isdigit() else None  # anything else: the default
 
 
+def default_cache_dir() -> Path:
+    """``~/.triton_dist/autotune`` of the home folder as ``HOME`` names it now (read at each use, not at import)."""
+    return Path.home() / ".triton_dist" / "autotune"
+
+
 @dataclass(frozen=True)
 class Settings:
     """The tuner's view of the environment."""
@@ -139,7 +144,7 @@ class Settings:
     #: seconds a rank waits for the others at one step, and the watchdog's limit (``..._TIMEOUT``, default 300)
     timeout: float = DEFAULT_TIMEOUT_S
     #: root folder of the decision caches and crash journals (``..._CACHE_DIR``, default ~/.triton_dist/autotune)
-    cache_dir: Path = Path.home() / ".triton_dist" / "autotune"
+    cache_dir: Path = field(default_factory=default_cache_dir)
     #: ignore cached decisions and earlier attempts' journals (``..._ALWAYS_TUNE=1``)
     always_tune: bool = False
     #: re-tune when a cached decision was made under other software versions (``..._VERSION_CHECK=1``)
@@ -212,7 +217,7 @@ class Settings:
                     if value and value.lower() != "none"), _STORE_JOB[0])  # torchrun's is "none" unless named
         return cls(
             timeout=parsed(lambda: _timeout(env), cls.timeout),
-            cache_dir=Path(cache_dir) if cache_dir else cls.cache_dir,
+            cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
             always_tune=flag(env.get(PREFIX + "ALWAYS_TUNE")),
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),
             progress_s=parsed(lambda: _seconds(env, PREFIX + "PROGRESS_S", 30.0), cls.progress_s),
