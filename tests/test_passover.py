@@ -115,6 +115,36 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("then", ["same", "other"])
+def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_decision_at_its_next_call(tmp_path,
+                                                                                                     then):
+    """Rank 1 is interrupted inside its wait for the result of key 8's last exchange, which rank 0 gives only once
+    it caught it: rank 0 kept the decision, and rank 1 keeps it at its next call on the group (it reads that result
+    first), whether that call is of key 8 again (``same``: served, as rank 0's is, then both tune key 16 together)
+    or of another tuned function (``other``: tuned together, then key 8 is served on both). Before: rank 1 tuned key
+    8 again, against rank 0's key 16 (``same``) or after its other call (``other``): MismatchError, then a wait of
+    T."""
+    results = run_ranks(CASES, 2, ["tune_interrupted_waiting_for_the_decision"], timeout=180,
+                        env={**tuner_env(tmp_path, T_AGAIN), **AGAIN, "NEXT": then})
+    said = said_by(results)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert said[(1, 8)]["error"] == "KeyboardInterrupt" and said[(0, 8)]["error"] is None, describe(results)
+    if then == "same":
+        assert said[(1, "8 again")]["error"] is None, describe(results)
+        assert said[(1, "8 again")]["value"] == said[(0, 8)]["value"], describe(results)
+    for what in ("8 once more", 16):
+        both = [said[(r, what)] for r in (0, 1)]
+        assert all(b["error"] is None for b in both) and both[0]["value"] == both[1]["value"], both
+        assert all(b["seconds"] < AGAIN_S for b in both), both
+    assert said[(0, "8 once more")]["value"] == said[(0, 8)]["value"], describe(results)
+    assert said[(0, "decided")]["keys"] == said[(1, "decided")]["keys"] == ([8, 16] if then == "same" else [8]), \
+        describe(results)
+    log = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert "[late key=8] the decision's last exchange, which an interruption ended this rank's wait for, read at " \
+           "this rank's next call on the group: kept" in log, log[-3000:]
+
+
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize(("n", "leaver"), [(2, 1), (3, 0)])
 def test_a_rank_calling_again_past_the_grace_meets_its_peers_call_again(tmp_path, n, leaver):
     """Rank ``leaver`` is interrupted right after its turn's last exchange (A), catches it and makes exchange C only

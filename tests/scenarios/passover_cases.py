@@ -203,5 +203,67 @@ def tune_left_at_the_decision():
         _end([])
 
 
+@case
+def tune_interrupted_waiting_for_the_decision():
+    """Rank 1 is interrupted (SIGINT, KeyboardInterrupt) inside its wait for the result of the last exchange of an
+    ``autotune`` tuning (key 8: "decision written"), its message written; rank 0 gives that result only once rank 1
+    caught it (rank 0's cache write waits for a file). ``NEXT=same``: rank 1 then calls key 8 again at once
+    (``what``: "8 again"), and both call key 8 again ("8 once more") and tune key 16. ``other``: rank 1's next call
+    is of another tuned function on the group (``other``, key 16), which rank 0 calls after key 8 "once more"; then
+    rank 1 calls key 8 "once more". Each rank emits what each call gave, and how long it took."""
+    import signal
+    import threading
+
+    from triton_dist_tune.group.resolve import resolve_group
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    tdt.init_distributed(backend="gloo")
+    me, group = dist.get_rank(), resolve_group(None)
+    caught = os.path.join(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"], "caught")
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="late")
+    def late(x, *, c):
+        return x * c
+
+    @tdt.autotune([{"c": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="other")
+    def other(x, *, c):
+        return x * c
+
+    if me == 0:
+        cache, write = late.tuner.cache, late.tuner.cache.store
+
+        def slow_write(*args, **kwargs):  # the result comes once rank 1 caught its interruption
+            waited_for([caught], 60)
+            return write(*args, **kwargs)
+
+        cache.store = slow_write
+    else:
+        def interrupt_in_the_wait() -> None:  # once rank 1's message of the decision's exchange is in the store
+            while not ("decision written" in group._what and group._sent == group.exchanges()):
+                time.sleep(0.01)
+            time.sleep(0.2)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+        threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
+    calls = [(late, 8, 8), (late, 8, "8 again"), (late, 8, "8 once more"), (late, 16, 16)]
+    if os.environ["NEXT"] == "other":
+        calls = [(late, 8, 8), (other, 16, 16), (late, 8, "8 once more")]
+        calls = calls if me == 1 else [calls[0], calls[2], calls[1]]
+    for f, n, what in calls:
+        if me == 0 and what == "8 again":
+            continue
+        t0 = time.monotonic()
+        try:
+            said = {"error": None, "value": float(f(torch.ones(n)).sum())}
+        except Exception as exc:
+            said = {"error": type(exc).__name__, "message": str(exc)}
+        except KeyboardInterrupt:
+            said = {"error": "KeyboardInterrupt"}
+            with open(caught, "w"):
+                pass
+        emit(rank=me, what=what, seconds=time.monotonic() - t0, **said)
+    emit(rank=me, what="decided", keys=sorted(late.tuner.decided))
+
+
 if __name__ == "__main__":
     main()

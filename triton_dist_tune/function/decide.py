@@ -19,6 +19,7 @@ from ..measure.race import Race
 from ..measure.trial import Trial
 from ..records import LEAST, MEDIAN, Decision, Outcome, finite_number, recorded_statistic
 from ..stats import near_tie as near_tie_within
+from .tuned import TunedFunction
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -159,16 +160,17 @@ def raise_with_own_cause(error: AllConfigsFailedError, trial: Trial | None, labe
 
 
 def conclude(group: Group, label: str, decision: Decision, timeout: float,
-             store: Callable[[], Any] | None, replicas: int = 1) -> None:
+             store: Callable[[], Any] | None, replicas: int = 1, late: Callable[[Any], None] | None = None) -> None:
     """Every rank raises the same error when no config is usable (``replicas``: how many replicas of ``group``
     tuned as one, whose errors the decision holds: :func:`failure_text`); else group rank 0 calls ``store`` (None:
     this rank does not write the cache), and the group waits for it; nothing is logged (:func:`say_decision`). The
     decision itself is already identical on every rank (it was computed from exchanged data only), but for a
     search's summary (:attr:`Decision.search`): its seconds are each rank's own (a rank leaves the group's last
     exchange at its own time), so the exchange that waits for the write carries rank 0's, the one the cache holds,
-    and every rank takes and logs it. (The decision's own
-    :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay this rank's: figures
-    of this rank, which nothing agreed reads.)"""
+    and every rank takes and logs it. Where an interruption ends this rank's wait for that exchange's result, the
+    group reads it at this rank's next call on it and gives it to ``late`` (:func:`late_decision`). (The decision's
+    own :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay this rank's:
+    figures of this rank, which nothing agreed reads.)"""
     if decision.index < 0:
         if decision.search:  # no exchange on this path: this rank's own summary
             logs.rank_log().info("%s %s", label, decision.search)
@@ -180,8 +182,39 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
             store()
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
-    agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written", timeout=timeout)
+    try:
+        agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written",
+                                 timeout=timeout)
+    except BaseException as exc:  # an interruption in the wait for that result: ``late`` is given it at the next call
+        if late is not None and not isinstance(exc, Exception):
+            group.keep_unread(late)
+        raise
     decision.search = agreed if isinstance(agreed, str) else ""
+
+
+def keep_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable[[dict[str, Any]], Any] | None,
+                  decision: Decision, index: int) -> None:
+    """Keep ``decision`` (config ``index``) of ``key``, which every rank of ``group`` has now: the tuner's record of
+    it (``tuner.decisions``), and the caller's (``agreed``, given the config)."""
+    tuner.decisions[(group.name, key)] = decision
+    if agreed is not None:
+        agreed(tuner.space[index])
+
+
+def late_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable[[dict[str, Any]], Any] | None,
+                  decision: Decision, label: str) -> Callable[[Any], None]:
+    """What to do with the result of :func:`conclude`'s exchange where an interruption ended this rank's wait for
+    it, read at its next call on the group (:meth:`~triton_dist_tune.group.channel.Group.keep_unread`): the tuning
+    ended well on every rank, so this rank keeps ``decision`` as its peers did, and logs it."""
+
+    def keep(agreed_search: Any) -> None:
+        decision.search = agreed_search if isinstance(agreed_search, str) else ""
+        keep_decision(tuner, group, key, agreed, decision, decision.index)
+        logs.rank_log().info("%s the decision's last exchange, which an interruption ended this rank's wait for, "
+                             "read at this rank's next call on the group: kept, as on every rank", label)
+        say_decision(label, decision)
+
+    return keep
 
 
 def say_decision(label: str, decision: Decision) -> None:

@@ -119,7 +119,8 @@ class Tuner(TunedFunction):
                 if layout is not None:
                     turn.enter_context(layout.replicas.turn())
                 turn.enter_context(group.turn())
-                config = table.get(slot) if key_error is None else None  # decided by a thread before us?
+                group.read_unread()  # a decision this rank's interrupted call left unread: kept first, if any
+                config = table.get(slot) if key_error is None else None  # decided by a thread before us, or just read?
             env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
 
             def tuning() -> Tuning:  # (made where a step of the protocol runs, never for a slot served already)

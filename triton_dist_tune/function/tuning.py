@@ -64,6 +64,8 @@ from .decide import (
     conclude,
     decide,
     decision_from_record,
+    keep_decision,
+    late_decision,
     raise_with_own_cause,
     say_decision,
     served,
@@ -231,7 +233,8 @@ class Tuning:
             writes = self.layout is None or self.layout.reads_cache
             try:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
-                         self.layout.replicas.size if self.layout is not None else 1)
+                         self.layout.replicas.size if self.layout is not None else 1,
+                         late_decision(tuner, group, self.key, self.agreed, decision, label))
             except AllConfigsFailedError as exc:
                 ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
                 raise_with_own_cause(exc, self.trial, label)
@@ -401,9 +404,7 @@ def cache_hit(tuning: Tuning, found: int, record: Any) -> dict[str, Any]:
 def keep(tuning: Tuning, decision: Decision, index: int) -> None:
     """Keep ``decision`` (config ``index``), which every rank of ``tuning``'s group has now: the tuner's record of
     it, and the caller's (:attr:`Tuning.agreed`)."""
-    tuning.tuner.decisions[(tuning.group.name, tuning.key)] = decision
-    if tuning.agreed is not None:
-        tuning.agreed(tuning.tuner.space[index])
+    keep_decision(tuning.tuner, tuning.group, tuning.key, tuning.agreed, decision, index)
 
 
 def journal_of(tuning: Tuning, create: bool = True) -> Journal:

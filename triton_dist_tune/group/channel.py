@@ -134,6 +134,19 @@ class Group:
         for it at an exchange or coming to one, must hear of it there and stay in step with it. This base tells
         nobody (a single process; an MPI channel, whose waits mark it broken when they are interrupted)."""
 
+    def keep_unread(self, keep: Callable[[Any], None]) -> bool:
+        """Where an interruption ended this rank's wait for the result of the last exchange it began, its message
+        written (the rank cannot know whether its peers got that result): have :meth:`read_unread` read it later and
+        call ``keep`` with it; returns whether it will. This base never does (an MPI channel's interrupted wait marks
+        it broken)."""
+        return False
+
+    def read_unread(self) -> None:
+        """Read the result :meth:`keep_unread` left to read, waiting for it as that exchange would have, and call its
+        ``keep`` with it; nothing where some rank's error ended that exchange (every rank raised it) or where none is
+        left to read. Done first at this rank's next exchange on the group, and by a tuning call before it looks for
+        its key's decision: the result is kept in the group until this rank's next message is read."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time (this thread's
         :mod:`~triton_dist_tune.group.meter`)."""

@@ -1,7 +1,7 @@
 """A rank's "left" record met by its peers past the turn it left: settled once between the rank's next call and them.
 
 A rank interrupted inside a turn on a torch group (:meth:`.channel.Group.turn`) writes a "left" record as its part
-of the next exchange it has not written (:meth:`.store.StoreGroup.leave`) and counts that exchange done. Where the
+of the next exchange it has not written (:meth:`.leaving.LeavingChannel.leave`) and counts that exchange done. Where the
 interruption came after its part of the turn's last exchange (a log handler or Ctrl-C at the decision's line, a
 contextual call's summary, the wait for that exchange's result), no peer waits in that turn any more: the record
 lies at the first exchange of the peers' next turn on the group, and the record alone cannot tell them what follows:

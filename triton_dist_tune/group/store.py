@@ -18,21 +18,19 @@ from .channel import (
     Board,
     ExchangeError,
     Failed,
-    FailureReport,
-    Group,
     PassedOver,
     RankEnded,
     default_timeout,
     ended_message,
     not_a_member,
 )
+from .leaving import LeavingChannel
 from .messages import Message, combine_payloads, pack, unpack
 from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
 from .store_texts import (
     ended_message_of,
     late_message,
-    left_message,
     silent_message,
     unresolved_message,
     withdrawn_notes,
@@ -63,7 +61,7 @@ def namespace(name: str, global_ranks: Sequence[int], attempt: object, incarnati
     return f"tdt/{attempt}/{name}/{ranks}/{incarnation}/"
 
 
-class StoreGroup(Group):
+class StoreGroup(LeavingChannel):
     """A torch.distributed process group, talked to through the job's key-value store.
 
     One exchange (sequence number ``s``) is a gather to group rank 0 and a broadcast of one combined result:
@@ -102,12 +100,10 @@ class StoreGroup(Group):
         if not epoch.named_by_each_group():  # agreed by init_distributed, else the launcher's restart count
             self._prefix = namespace(self.name, self.global_ranks, epoch.current(), incarnation)
         #: the exchanges begun; the last whose part of this rank's is written (its message; rank 0: the result), and
-        #: its step; the interruption this rank left the group's exchanges by, if any (:meth:`leave`)
-        self._seq, self._sent, self._what, self._left = 0, 0, "", None
-        self._told: FailureReport | None = None  #: this rank's last report on a board of the group (:meth:`leave`)
+        #: its step
+        self._seq, self._sent, self._what = 0, 0, ""
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
         self._notice = 0
-        self._back: tuple[str, bytes] | None = None  #: this rank's "left" record, to settle at its next exchange
         self._lock = threading.Lock()
         self._board: StoreBoard | None = None
 
@@ -143,6 +139,7 @@ class StoreGroup(Group):
         timeout = default_timeout() if timeout is None else timeout
         with store_silence.answering(self.store, store_silence.tuner_timeout()):  # (a frozen host: no beat tells)
             self._named(timeout)
+            self.read_unread()
             with self._lock:
                 back, self._back = self._back, None
             if back is not None:  # this rank left its last call: its peers past that turn need not raise
@@ -150,7 +147,7 @@ class StoreGroup(Group):
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
                     self._seq += 1
-                    seq, self._what = self._seq, what
+                    seq, self._what, self._unread = self._seq, what, None
                 try:
                     if self.rank == 0:
                         return self._gather_and_send(seq, obj, fn, what, timeout)
@@ -179,45 +176,27 @@ class StoreGroup(Group):
         return unpack(payload, what, 0, self.turn_began())
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
-        mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
-        self._sent = seq
+        self._sent, self._unread = seq, (seq, what, timeout)
+        return self._receive(seq, what, timeout, started)
+
+    def _receive(self, seq: int, what: str, timeout: float, started: float, late: bool = False) -> Any:
+        """The result of exchange ``seq``, this rank's message written (``late``: read at a later call, after an
+        interruption ended the wait: a "left" record of rank 0 there is raised as such, never settled)."""
+        mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
         with _undone_on_a_note(self, seq, mine):
             self._wait([combined], what, timeout, SeenFrom(peers))
         payload = bytes(self._request(lambda: self.store.get(combined), what, started))
-        payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
+        self._unread = None
+        if not late:
+            payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
         _tidy(self, mine)  # rank 0 has read it: it wrote the result
-        return unpack(payload, what, self.rank, self.turn_began())
+        return unpack(payload, what, self.rank, None if late else self.turn_began())
 
     def exchanges(self) -> int:
         return self._seq
-
-    def leave(self, interruption: BaseException) -> None:
-        """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
-        :class:`~.channel.Failed` as its part of the next exchange it has not written, naming the last exchange it
-        began in the turn (``held``), and counts it done. A peer still in the turn (it waits there, or comes to it)
-        raises ``RankFailedError`` at once and counts it done too: the ranks stay in step. A peer past the turn
-        (this rank's part of its last exchange was written) meets it at a later turn's first exchange and waits a
-        short grace for this rank's next exchange: where it comes, that exchange is void on every rank and made again
-        at the next number (:class:`~.channel.PassedOver`), else the peer raises (:mod:`.passover`). Best effort."""
-        if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
-            return
-        with self._lock:
-            held = self._seq
-            seq = self._seq = self._sent = held + (self._sent == held)
-        self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
-            self._told, None
-        text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
-                            told.describe() if told is not None and told.interrupted else None)
-        record = passover.record(text, held)
-        try:
-            with store_silence.answering(self.store, store_silence.tuner_timeout()):
-                self.store.set(key, record)
-            self._back = (key, record)
-        except Exception as exc:  # the store is gone: the peers' waits say so
-            log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
     def _request(self, request: Callable[[], Any], what: str, started: float) -> Any:
         """One store request of an exchange: a transport error (the store's host ended: rank 0 of a job started

@@ -226,7 +226,7 @@ class StoreBoard(Board):
         world = getattr(self.group, "global_ranks", None) or []
         return [r for r in ranks if r < len(world) and world[r] == 0]
 
-    #: this rank's last report posted here (what :meth:`~.store.StoreGroup.leave` tells of an interruption)
+    #: this rank's last report posted here (what :meth:`~.leaving.LeavingChannel.leave` tells of an interruption)
     posted: FailureReport | None = None
 
     def post(self, report: FailureReport) -> None:

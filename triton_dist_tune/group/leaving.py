@@ -1,0 +1,110 @@
+"""A rank of a torch group whose call an interruption ended (Ctrl-C, ``sys.exit``, a cancelled task): what it leaves
+for its peers, and the result of its last exchange that it reads at its next call.
+
+- :meth:`LeavingChannel.leave`: the rank writes a "left" record as its part of the next exchange it has not
+  written, so that its peers never wait for it there (:mod:`.passover` settles the record where they are past the
+  turn it left).
+- :meth:`~LeavingChannel.keep_unread` and :meth:`~LeavingChannel.read_unread`: an interruption inside the wait for
+  the result of an exchange whose message the rank wrote leaves that result unread on this rank alone; its peers may
+  have it (the exchange completes without this rank: it needs only its message). Where that exchange ends a tuning
+  (every rank keeps the decision it agrees on), the rank reads the result at its next call on the group, before
+  anything else, and keeps the decision as its peers did. Before, it tuned the key again at its next call of it,
+  against its peers' next call: both raised ``MismatchError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import AutotuneError, BadInputError, GroupTimeoutError
+from . import passover, store_silence
+from .channel import FailureReport, Group
+from .store_texts import left_message
+
+log = logging.getLogger("triton_dist_tune")
+
+
+class LeavingChannel(Group):
+    """The part of a torch group's channel (:class:`.store.StoreGroup`) that a rank's interruption runs: this
+    module's docstring. It keeps the state of it; the channel gives it its exchange count, keys and reads."""
+
+    #: (the channel's) the exchanges begun; the last whose part of this rank's is written; its step; their lock
+    _seq: int
+    _sent: int
+    _what: str
+    _lock: threading.Lock
+    _prefix: str | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._left: BaseException | None = None  #: the interruption this rank left the group's exchanges by
+        self._told: FailureReport | None = None  #: this rank's last report on a board of the group
+        self._back: tuple[str, bytes] | None = None  #: this rank's "left" record, to settle at its next exchange
+        #: the exchange whose result this rank (not group rank 0) waits for, its message written, until it reads it
+        #: (sequence number, step, timeout); and one an interruption ended that wait in, with what to do with its
+        #: result (:meth:`keep_unread`)
+        self._unread: tuple[int, str, float] | None = None
+        self._late: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
+
+    @property
+    def store(self) -> Any:
+        raise NotImplementedError
+
+    def _key(self, seq: int, rank: int | str) -> str:
+        raise NotImplementedError
+
+    def _receive(self, seq: int, what: str, timeout: float, started: float, late: bool = False) -> Any:
+        raise NotImplementedError
+
+    def leave(self, interruption: BaseException) -> None:
+        """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
+        :class:`~.channel.Failed` as its part of the next exchange it has not written, naming the last exchange it
+        began in the turn (``held``), and counts it done. A peer still in the turn (it waits there, or comes to it)
+        raises ``RankFailedError`` at once and counts it done too: the ranks stay in step. A peer past the turn
+        (this rank's part of its last exchange was written) meets it at a later turn's first exchange and waits a
+        short grace for this rank's next exchange: where it comes, that exchange is void on every rank and made again
+        at the next number (:class:`~.channel.PassedOver`), else the peer raises (:mod:`.passover`). Best effort."""
+        if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
+            return
+        with self._lock:
+            held = self._seq
+            seq = self._seq = self._sent = held + (self._sent == held)
+        self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
+            self._told, None
+        text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
+                            told.describe() if told is not None and told.interrupted else None)
+        record = passover.record(text, held)
+        try:
+            with store_silence.answering(self.store, store_silence.tuner_timeout()):
+                self.store.set(key, record)
+            self._back = (key, record)
+        except Exception as exc:  # the store is gone: the peers' waits say so
+            log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
+
+    def keep_unread(self, keep: Callable[[Any], None]) -> bool:
+        unread = self._unread
+        if unread is None or unread[0] != self._seq:  # (the wait ended was not the last exchange's)
+            return False
+        self._late = (unread, keep)
+        return True
+
+    def read_unread(self) -> None:
+        """(The result is still in the store: group rank 0 deletes it at the exchange two on, once it has read this
+        rank's message there, and this runs before this rank writes any.)"""
+        with self._lock:
+            late, self._late = self._late, None
+        if late is None:
+            return
+        (seq, what, timeout), keep = late
+        try:
+            value = self._receive(seq, what, timeout, time.monotonic(), late=True)
+        except GroupTimeoutError:
+            raise  # as that exchange's wait would have: the group is gone
+        except (AutotuneError, BadInputError) as exc:  # some rank's error ended that exchange, on every rank
+            log.debug("triton_dist_tune: the result of exchange %d of group '%s', read late: %s", seq, self.title, exc)
+            return
+        keep(value)
