@@ -210,7 +210,9 @@ def tune_interrupted_waiting_for_the_decision():
     caught it (rank 0's cache write waits for a file). ``NEXT=same``: rank 1 then calls key 8 again at once
     (``what``: "8 again"), and both call key 8 again ("8 once more") and tune key 16. ``other``: rank 1's next call
     is of another tuned function on the group (``other``, key 16), which rank 0 calls after key 8 "once more"; then
-    rank 1 calls key 8 "once more". Each rank emits what each call gave, and how long it took."""
+    rank 1 calls key 8 "once more". ``exchange``: the same with an exchange of the group's channel in a turn of its
+    own instead of ``other`` (what a call other than a tuning makes first: a contextual call, a campaign). Each rank
+    emits what each call gave, and how long it took."""
     import signal
     import threading
 
@@ -246,8 +248,12 @@ def tune_interrupted_waiting_for_the_decision():
 
         threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
     calls = [(late, 8, 8), (late, 8, "8 again"), (late, 8, "8 once more"), (late, 16, 16)]
-    if os.environ["NEXT"] == "other":
-        calls = [(late, 8, 8), (other, 16, 16), (late, 8, "8 once more")]
+    def exchange(x: torch.Tensor) -> torch.Tensor:
+        with group.turn():
+            return torch.tensor(group.allgather(float(x.numel()), "C"))
+
+    if os.environ["NEXT"] != "same":
+        calls = [(late, 8, 8), (other if os.environ["NEXT"] == "other" else exchange, 16, 16), (late, 8, "8 once more")]
         calls = calls if me == 1 else [calls[0], calls[2], calls[1]]
     for f, n, what in calls:
         if me == 0 and what == "8 again":
