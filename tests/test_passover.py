@@ -115,17 +115,19 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("then", ["same", "other", "exchange"])
+@pytest.mark.parametrize(("then", "at"), [("same", "wait"), ("other", "wait"), ("exchange", "wait"),
+                                         ("same", "read")])
 def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_decision_at_its_next_call(tmp_path,
-                                                                                                     then):
+                                                                                                     then, at):
     """Rank 1 is interrupted inside its wait for the result of key 8's last exchange, which rank 0 gives only once
     it caught it: rank 0 kept the decision, and rank 1 keeps it at its next call on the group (it reads that result
     first), whether that call is of key 8 again (``same``: served, as rank 0's is, then both tune key 16 together)
     or of another tuned function (``other``: tuned together, then key 8 is served on both), or an exchange of the
     group's channel (``exchange``: read before it). Before: rank 1 tuned key 8 again, against rank 0's key 16
-    (``same``) or after its other call (``other``, ``exchange``): MismatchError, then a wait of T."""
+    (``same``) or after its other call (``other``, ``exchange``): MismatchError, then a wait of T. ``read``: the
+    interruption comes once rank 1 has read that result, before its call took it (before: as in the wait)."""
     results = run_ranks(CASES, 2, ["tune_interrupted_waiting_for_the_decision"], timeout=180,
-                        env={**tuner_env(tmp_path, T_AGAIN), **AGAIN, "NEXT": then})
+                        env={**tuner_env(tmp_path, T_AGAIN), **AGAIN, "NEXT": then, "AT": at})
     said = said_by(results)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert said[(1, 8)]["error"] == "KeyboardInterrupt" and said[(0, 8)]["error"] is None, describe(results)

@@ -211,8 +211,10 @@ def tune_interrupted_waiting_for_the_decision():
     (``what``: "8 again"), and both call key 8 again ("8 once more") and tune key 16. ``other``: rank 1's next call
     is of another tuned function on the group (``other``, key 16), which rank 0 calls after key 8 "once more"; then
     rank 1 calls key 8 "once more". ``exchange``: the same with an exchange of the group's channel in a turn of its
-    own instead of ``other`` (what a call other than a tuning makes first: a contextual call, a campaign). Each rank
-    emits what each call gave, and how long it took."""
+    own instead of ``other`` (what a call other than a tuning makes first: a contextual call, a campaign).
+    ``AT=read``: rank 1 is interrupted once it has read that result instead, before its call took it (a
+    KeyboardInterrupt raised where the result is decoded), and rank 0 does not wait. Each rank emits what each call
+    gave, and how long it took."""
     import signal
     import threading
 
@@ -231,7 +233,19 @@ def tune_interrupted_waiting_for_the_decision():
     def other(x, *, c):
         return x * c
 
-    if me == 0:
+    if os.environ.get("AT") == "read":
+        if me == 1:
+            from triton_dist_tune.group import store
+
+            decode = store.unpack
+
+            def interrupted_once_read(payload, what, *args):
+                if "decision written" in what and not os.path.exists(caught):
+                    raise KeyboardInterrupt
+                return decode(payload, what, *args)
+
+            store.unpack = interrupted_once_read
+    elif me == 0:
         cache, write = late.tuner.cache, late.tuner.cache.store
 
         def slow_write(*args, **kwargs):  # the result comes once rank 1 caught its interruption
@@ -248,6 +262,7 @@ def tune_interrupted_waiting_for_the_decision():
 
         threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
     calls = [(late, 8, 8), (late, 8, "8 again"), (late, 8, "8 once more"), (late, 16, 16)]
+
     def exchange(x: torch.Tensor) -> torch.Tensor:
         with group.turn():
             return torch.tensor(group.allgather(float(x.numel()), "C"))

@@ -135,10 +135,10 @@ class Group:
         nobody (a single process; an MPI channel, whose waits mark it broken when they are interrupted)."""
 
     def keep_unread(self, keep: Callable[[Any], None]) -> bool:
-        """Where an interruption ended this rank's wait for the result of the last exchange it began, its message
-        written (the rank cannot know whether its peers got that result): have :meth:`read_unread` read it later and
-        call ``keep`` with it; returns whether it will. This base never does (an MPI channel's interrupted wait marks
-        it broken)."""
+        """Where an interruption ended this rank's part of the last exchange it began after its message was written
+        (in the wait for the result, where the rank cannot know whether its peers got it, or once it read it, before
+        its caller took it): have :meth:`read_unread` read the result again later and call ``keep`` with it; returns
+        whether it will. This base never does (an MPI channel's interrupted wait marks it broken)."""
         return False
 
     def read_unread(self) -> None:

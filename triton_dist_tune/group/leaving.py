@@ -44,10 +44,10 @@ class LeavingChannel(Group):
         self._left: BaseException | None = None  #: the interruption this rank left the group's exchanges by
         self._told: FailureReport | None = None  #: this rank's last report on a board of the group
         self._back: tuple[str, bytes] | None = None  #: this rank's "left" record, to settle at its next exchange
-        #: the exchange whose result this rank (not group rank 0) waits for, its message written, until it reads it
-        #: (sequence number, step, timeout); and one an interruption ended that wait in, with what to do with its
-        #: result (:meth:`keep_unread`)
-        self._unread: tuple[int, str, float] | None = None
+        #: the last exchange begun, where this rank (not group rank 0) wrote its message and waits for the result, or
+        #: read it (sequence number, step, timeout: an interruption after the write, in the wait or after it, leaves
+        #: it to :meth:`keep_unread`); and the one kept to read at the next call, with what to do with its result
+        self._awaited: tuple[int, str, float] | None = None
         self._late: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
 
     @property
@@ -86,10 +86,10 @@ class LeavingChannel(Group):
             log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
     def keep_unread(self, keep: Callable[[Any], None]) -> bool:
-        unread = self._unread
-        if unread is None or unread[0] != self._seq:  # (the wait ended was not the last exchange's)
+        awaited = self._awaited
+        if awaited is None or awaited[0] != self._seq:  # (no message of this rank's in the last exchange begun)
             return False
-        self._late = (unread, keep)
+        self._late = (awaited, keep)
         return True
 
     def read_unread(self) -> None:

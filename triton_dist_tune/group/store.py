@@ -147,7 +147,7 @@ class StoreGroup(LeavingChannel):
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
                     self._seq += 1
-                    seq, self._what, self._unread = self._seq, what, None
+                    seq, self._what, self._awaited = self._seq, what, None
                 try:
                     if self.rank == 0:
                         return self._gather_and_send(seq, obj, fn, what, timeout)
@@ -178,7 +178,7 @@ class StoreGroup(LeavingChannel):
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
-        self._sent, self._unread = seq, (seq, what, timeout)
+        self._sent, self._awaited = seq, (seq, what, timeout)
         return self._receive(seq, what, timeout, started)
 
     def _receive(self, seq: int, what: str, timeout: float, started: float, late: bool = False) -> Any:
@@ -189,7 +189,6 @@ class StoreGroup(LeavingChannel):
         with _undone_on_a_note(self, seq, mine):
             self._wait([combined], what, timeout, SeenFrom(peers))
         payload = bytes(self._request(lambda: self.store.get(combined), what, started))
-        self._unread = None
         if not late:
             payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
         _tidy(self, mine)  # rank 0 has read it: it wrote the result
