@@ -84,6 +84,7 @@ def test_a_rank_interrupted_after_its_last_exchange_and_calling_again_leaves_thr
         assert all(e["error"] is None and e["value"] == [0, 1, 2] for e in each), each
         assert all(e["seconds"] < AGAIN_S for e in each), each
         assert len({e["seq"] for e in each}) == 1, each
+    assert said[(leaver, "left record")]["kept"] is False, said  # deleted once every rank is past it (was: kept)
 
 
 @pytest.mark.timeout(200)
@@ -167,6 +168,7 @@ def test_a_rank_calling_again_past_the_grace_meets_its_peers_call_again(tmp_path
     each = [s for s in said if s["what"] == "D"]
     assert len(each) == n and all(e["error"] is None and e["seconds"] < PROMPT_S for e in each), each
     assert len({e["seq"] for e in each}) == 1, each
+    assert [s["kept"] for s in said if s["what"] == "left record"] == [False], said  # (was: kept in the store)
 
 
 @pytest.mark.timeout(200)

@@ -39,7 +39,8 @@ def left_after_the_last_exchange():
     (its process ends by the interruption). ``lives``: it catches it and calls the tuner no more until the others
     are done. ``late``: it catches it and makes C past the others' grace (8 s more), and they, whose C raised, make
     C once more (their call again); then every rank makes D. ``THREADS=1`` (with ``again``): on every rank, A's turn
-    runs on one thread and C's and D's on another, which waits for the group's turn while the first holds it."""
+    runs on one thread and C's and D's on another, which waits for the group's turn while the first holds it.
+    With ``again`` and ``late``, the leaver emits last whether its "left" record is still in the store."""
     import threading
 
     try:
@@ -77,8 +78,18 @@ def left_after_the_last_exchange():
             _end(done)
         with group.turn():
             exchange("D")
+        if me in leavers:
+            emit(rank=me, what="left record", kept=group.store.check([left["key"]]))
 
     in_a = threading.Event()
+    left: dict[str, str] = {}
+    leave = group.leave
+
+    def noting_leave(interruption: BaseException) -> None:  # the key of the "left" record, as it is written
+        leave(interruption)
+        left["key"] = group._back[0]
+
+    group.leave = noting_leave
 
     def first() -> None:  # A, in a turn the leaver leaves by KeyboardInterrupt
         try:

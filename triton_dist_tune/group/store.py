@@ -149,11 +149,14 @@ class StoreGroup(LeavingChannel):
                     self._seq += 1
                     seq, self._what, self._awaited = self._seq, what, None
                 try:
-                    if self.rank == 0:
-                        return self._gather_and_send(seq, obj, fn, what, timeout)
-                    return self._send_and_receive(seq, obj, what, timeout)
+                    result = (self._gather_and_send(seq, obj, fn, what, timeout) if self.rank == 0 else
+                              self._send_and_receive(seq, obj, what, timeout))
                 except PassedOver as exc:
                     log.debug("triton_dist_tune: exchange %d of group '%s' is void: %s", seq, self.title, exc)
+                    continue
+                if back is not None:  # every rank is past the exchange this rank's "left" record lies at: deleted
+                    _tidy(self, back[0])
+                return result
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
                          timeout: float) -> Any:
