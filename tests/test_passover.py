@@ -117,7 +117,7 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("then", "at"), [("same", "wait"), ("other", "wait"), ("exchange", "wait"),
-                                         ("same", "read")])
+                                         ("capture", "wait"), ("same", "read"), ("same", "twice")])
 def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_decision_at_its_next_call(tmp_path,
                                                                                                      then, at):
     """Rank 1 is interrupted inside its wait for the result of key 8's last exchange, which rank 0 gives only once
@@ -126,21 +126,28 @@ def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_deci
     or of another tuned function (``other``: tuned together, then key 8 is served on both), or an exchange of the
     group's channel (``exchange``: read before it). Before: rank 1 tuned key 8 again, against rank 0's key 16
     (``same``) or after its other call (``other``, ``exchange``): MismatchError, then a wait of T. ``read``: the
-    interruption comes once rank 1 has read that result, before its call took it (before: as in the wait)."""
+    interruption comes once rank 1 has read that result, before its call took it (before: as in the wait).
+    ``capture``: as ``same``, the call of key 8 again made as if inside a CUDA graph's capture, whose check that
+    the key is decided reads that result too (before: CaptureError, the key not decided there).
+    ``twice``: a second interruption inside rank 1's call "8 again", while it waits for that result, leaves it to
+    read at the next call, "8 third" (before: it was dropped, and "8 third" tuned key 8 alone)."""
     results = run_ranks(CASES, 2, ["tune_interrupted_waiting_for_the_decision"], timeout=180,
                         env={**tuner_env(tmp_path, T_AGAIN), **AGAIN, "NEXT": then, "AT": at})
     said = said_by(results)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert said[(1, 8)]["error"] == "KeyboardInterrupt" and said[(0, 8)]["error"] is None, describe(results)
-    if then == "same":
-        assert said[(1, "8 again")]["error"] is None, describe(results)
-        assert said[(1, "8 again")]["value"] == said[(0, 8)]["value"], describe(results)
+    served = said[(1, "8 third" if at == "twice" else "8 again")] if then in ("same", "capture") else None
+    if at == "twice":
+        assert said[(1, "8 again")]["error"] == "KeyboardInterrupt", describe(results)
+    if served is not None:
+        assert served["error"] is None and served["value"] == said[(0, 8)]["value"], describe(results)
     for what in ("8 once more", 16):
         both = [said[(r, what)] for r in (0, 1)]
         assert all(b["error"] is None for b in both) and both[0]["value"] == both[1]["value"], both
         assert all(b["seconds"] < AGAIN_S for b in both), both
     assert said[(0, "8 once more")]["value"] == said[(0, 8)]["value"], describe(results)
-    assert said[(0, "decided")]["keys"] == said[(1, "decided")]["keys"] == ([8, 16] if then == "same" else [8]), \
+    assert said[(0, "decided")]["keys"] == said[(1, "decided")]["keys"] == ([8] if then in ("other", "exchange")
+                                                                           else [8, 16]), \
         describe(results)
     log = (tmp_path / "logs" / "rank-1.log").read_text()
     assert "[late key=8] the decision's last exchange, which an interruption ended this rank's wait for, read at " \

@@ -223,9 +223,13 @@ def tune_interrupted_waiting_for_the_decision():
     is of another tuned function on the group (``other``, key 16), which rank 0 calls after key 8 "once more"; then
     rank 1 calls key 8 "once more". ``exchange``: the same with an exchange of the group's channel in a turn of its
     own instead of ``other`` (what a call other than a tuning makes first: a contextual call, a campaign).
+    ``capture``: as ``same``, rank 1's "8 again" made as if inside a CUDA graph's capture (its check that the key is
+    decided comes first).
     ``AT=read``: rank 1 is interrupted once it has read that result instead, before its call took it (a
-    KeyboardInterrupt raised where the result is decoded), and rank 0 does not wait. Each rank emits what each call
-    gave, and how long it took."""
+    KeyboardInterrupt raised where the result is decoded), and rank 0 does not wait. ``AT=twice``: rank 1 is
+    interrupted once more inside its call "8 again", whose read of that result waits (rank 0 gives it once rank 1
+    caught both), then calls key 8 a third time ("8 third"). Each rank emits what each call gave, and how long it
+    took."""
     import signal
     import threading
 
@@ -235,6 +239,7 @@ def tune_interrupted_waiting_for_the_decision():
     tdt.init_distributed(backend="gloo")
     me, group = dist.get_rank(), resolve_group(None)
     caught = os.path.join(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"], "caught")
+    twice = os.environ.get("AT") == "twice"
 
     @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="late")
     def late(x, *, c):
@@ -259,8 +264,8 @@ def tune_interrupted_waiting_for_the_decision():
     elif me == 0:
         cache, write = late.tuner.cache, late.tuner.cache.store
 
-        def slow_write(*args, **kwargs):  # the result comes once rank 1 caught its interruption
-            waited_for([caught], 60)
+        def slow_write(*args, **kwargs):  # the result comes once rank 1 caught its interruption (or both)
+            waited_for([caught, caught + "2"] if twice else [caught], 60)
             return write(*args, **kwargs)
 
         cache.store = slow_write
@@ -270,19 +275,35 @@ def tune_interrupted_waiting_for_the_decision():
                 time.sleep(0.01)
             time.sleep(0.2)
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            if twice:  # inside "8 again", whose read of the result waits for rank 0
+                waited_for([caught], 60)
+                time.sleep(1.5)
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
         threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
-    calls = [(late, 8, 8), (late, 8, "8 again"), (late, 8, "8 once more"), (late, 16, 16)]
+    calls = [(late, 8, 8), (late, 8, "8 again"), *([(late, 8, "8 third")] if twice else []), (late, 8, "8 once more"),
+             (late, 16, 16)]
 
     def exchange(x: torch.Tensor) -> torch.Tensor:
         with group.turn():
             return torch.tensor(group.allgather(float(x.numel()), "C"))
 
-    if os.environ["NEXT"] != "same":
+    if os.environ["NEXT"] in ("other", "exchange"):
         calls = [(late, 8, 8), (other if os.environ["NEXT"] == "other" else exchange, 16, 16), (late, 8, "8 once more")]
         calls = calls if me == 1 else [calls[0], calls[2], calls[1]]
+    if os.environ["NEXT"] == "capture" and me == 1:
+        import triton_dist_tune.tune as tune_module
+
+        def as_if_captured(x: torch.Tensor) -> torch.Tensor:
+            saved, tune_module.capturing = tune_module.capturing, lambda: True
+            try:
+                return late(x)
+            finally:
+                tune_module.capturing = saved
+
+        calls[1] = (as_if_captured, 8, "8 again")
     for f, n, what in calls:
-        if me == 0 and what == "8 again":
+        if me == 0 and what in ("8 again", "8 third"):
             continue
         t0 = time.monotonic()
         try:
@@ -291,7 +312,7 @@ def tune_interrupted_waiting_for_the_decision():
             said = {"error": type(exc).__name__, "message": str(exc)}
         except KeyboardInterrupt:
             said = {"error": "KeyboardInterrupt"}
-            with open(caught, "w"):
+            with open(caught + "2" if os.path.exists(caught) else caught, "w"):
                 pass
         emit(rank=me, what=what, seconds=time.monotonic() - t0, **said)
     emit(rank=me, what="decided", keys=sorted(late.tuner.decided))

@@ -160,7 +160,8 @@ def raise_with_own_cause(error: AllConfigsFailedError, trial: Trial | None, labe
 
 
 def conclude(group: Group, label: str, decision: Decision, timeout: float,
-             store: Callable[[], Any] | None, replicas: int = 1, late: Callable[[Any], None] | None = None) -> None:
+             store: Callable[[], Any] | None, replicas: int = 1,
+             keep_later: Callable[[Any], None] | None = None) -> None:
     """Every rank raises the same error when no config is usable (``replicas``: how many replicas of ``group``
     tuned as one, whose errors the decision holds: :func:`failure_text`); else group rank 0 calls ``store`` (None:
     this rank does not write the cache), and the group waits for it; nothing is logged (:func:`say_decision`). The
@@ -168,9 +169,9 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     search's summary (:attr:`Decision.search`): its seconds are each rank's own (a rank leaves the group's last
     exchange at its own time), so the exchange that waits for the write carries rank 0's, the one the cache holds,
     and every rank takes and logs it. Where an interruption ends this rank's wait for that exchange's result, the
-    group reads it at this rank's next call on it and gives it to ``late`` (:func:`late_decision`). (The decision's
-    own :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay this rank's:
-    figures of this rank, which nothing agreed reads.)"""
+    group reads it at this rank's next call on it and gives it to ``keep_later`` (:func:`decision_kept_later`).
+    (The decision's own :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay
+    this rank's: figures of this rank, which nothing agreed reads.)"""
     if decision.index < 0:
         if decision.search:  # no exchange on this path: this rank's own summary
             logs.rank_log().info("%s %s", label, decision.search)
@@ -185,9 +186,9 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     try:
         agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written",
                                  timeout=timeout)
-    except BaseException as exc:  # an interruption in the wait for that result: ``late`` is given it at the next call
-        if late is not None and not isinstance(exc, Exception):
-            group.keep_unread(late)
+    except BaseException as exc:  # an interruption in the wait for that result: read at the next call
+        if keep_later is not None and not isinstance(exc, Exception):
+            group.keep_unread(keep_later)
         raise
     decision.search = agreed if isinstance(agreed, str) else ""
 
@@ -201,8 +202,9 @@ def keep_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable
         agreed(tuner.space[index])
 
 
-def late_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable[[dict[str, Any]], Any] | None,
-                  decision: Decision, label: str) -> Callable[[Any], None]:
+def decision_kept_later(tuner: TunedFunction, group: Group, key: Any,
+                        agreed: Callable[[dict[str, Any]], Any] | None, decision: Decision,
+                        label: str) -> Callable[[Any], None]:
     """What to do with the result of :func:`conclude`'s exchange where an interruption ended this rank's wait for
     it, read at its next call on the group (:meth:`~triton_dist_tune.group.channel.Group.keep_unread`): the tuning
     ended well on every rank, so this rank keeps ``decision`` as its peers did, and logs it."""

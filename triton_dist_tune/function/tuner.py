@@ -187,7 +187,8 @@ class Tuner(TunedFunction):
         """The config decided for ``key`` where a call with ``autotune_pg=pg`` and ``autotune_replicas=replicas``
         looks for it, else None: the capture check's question, asked before anything runs. A group object no call
         has used yet has decided nothing: it is not set up here (an mpi4py communicator's would be a collective
-        inside the capture, on this rank alone)."""
+        inside the capture, on this rank alone). A decision this rank's interrupted call left unread is read first,
+        as a call does (a read of the key-value store: nothing is launched)."""
         group = resolve_group(None) if pg is None else find_group(pg)
         across = None if replicas is None else find_group(replicas)
         if group is None or (replicas is not None and across is None):
@@ -195,6 +196,9 @@ class Tuner(TunedFunction):
         layout = None if across is None else Layout(group, across)
         table, slot = self._place(key, pg, group, layout)
         try:
+            if slot not in table:
+                with group.turn():
+                    group.read_unread()
             return table.get(slot)
         except TypeError:  # an unhashable key: never decided
             return None

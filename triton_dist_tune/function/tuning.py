@@ -64,8 +64,8 @@ from .decide import (
     conclude,
     decide,
     decision_from_record,
+    decision_kept_later,
     keep_decision,
-    late_decision,
     raise_with_own_cause,
     say_decision,
     served,
@@ -234,7 +234,7 @@ class Tuning:
             try:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
                          self.layout.replicas.size if self.layout is not None else 1,
-                         late_decision(tuner, group, self.key, self.agreed, decision, label))
+                         decision_kept_later(tuner, group, self.key, self.agreed, decision, label))
             except AllConfigsFailedError as exc:
                 ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
                 raise_with_own_cause(exc, self.trial, label)

@@ -48,7 +48,7 @@ class LeavingChannel(Group):
         #: read it (sequence number, step, timeout: an interruption after the write, in the wait or after it, leaves
         #: it to :meth:`keep_unread`); and the one kept to read at the next call, with what to do with its result
         self._awaited: tuple[int, str, float] | None = None
-        self._late: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
+        self._to_read: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
 
     @property
     def store(self) -> Any:
@@ -57,7 +57,7 @@ class LeavingChannel(Group):
     def _key(self, seq: int, rank: int | str) -> str:
         raise NotImplementedError
 
-    def _receive(self, seq: int, what: str, timeout: float, started: float, late: bool = False) -> Any:
+    def _receive(self, seq: int, what: str, timeout: float, started: float, again: bool = False) -> Any:
         raise NotImplementedError
 
     def leave(self, interruption: BaseException) -> None:
@@ -86,25 +86,32 @@ class LeavingChannel(Group):
             log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
     def keep_unread(self, keep: Callable[[Any], None]) -> bool:
+        """:meth:`.channel.Group.keep_unread`: kept where this rank wrote its message of the last exchange begun."""
         awaited = self._awaited
-        if awaited is None or awaited[0] != self._seq:  # (no message of this rank's in the last exchange begun)
+        if awaited is None or awaited[0] != self._seq:  # (defensive: the exchange awaited is reset as one begins)
             return False
-        self._late = (awaited, keep)
+        self._to_read = (awaited, keep)
         return True
 
     def read_unread(self) -> None:
-        """(The result is still in the store: group rank 0 deletes it at the exchange two on, once it has read this
-        rank's message there, and this runs before this rank writes any.)"""
+        """:meth:`.channel.Group.read_unread`. The result is still in the store: group rank 0 deletes it at the
+        exchange two on, once it has read this rank's message there, and this runs before this rank writes any. An
+        interruption of this read leaves the result to the next call."""
         with self._lock:
-            late, self._late = self._late, None
-        if late is None:
+            to_read, self._to_read = self._to_read, None
+        if to_read is None:
             return
-        (seq, what, timeout), keep = late
+        (seq, what, timeout), keep = to_read
         try:
-            value = self._receive(seq, what, timeout, time.monotonic(), late=True)
+            value = self._receive(seq, what, timeout, time.monotonic(), again=True)
         except GroupTimeoutError:
             raise  # as that exchange's wait would have: the group is gone
         except (AutotuneError, BadInputError) as exc:  # some rank's error ended that exchange, on every rank
-            log.debug("triton_dist_tune: the result of exchange %d of group '%s', read late: %s", seq, self.title, exc)
+            log.debug("triton_dist_tune: the result of exchange %d of group '%s', read again: %s", seq, self.title,
+                      exc)
             return
+        except BaseException:  # interrupted again (Ctrl-C in the wait): still to read, at the next call
+            with self._lock:
+                self._to_read = to_read
+            raise
         keep(value)

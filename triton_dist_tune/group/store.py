@@ -184,18 +184,18 @@ class StoreGroup(LeavingChannel):
         self._sent, self._awaited = seq, (seq, what, timeout)
         return self._receive(seq, what, timeout, started)
 
-    def _receive(self, seq: int, what: str, timeout: float, started: float, late: bool = False) -> Any:
-        """The result of exchange ``seq``, this rank's message written (``late``: read at a later call, after an
+    def _receive(self, seq: int, what: str, timeout: float, started: float, again: bool = False) -> Any:
+        """The result of exchange ``seq``, this rank's message written (``again``: read at a later call, after an
         interruption ended the wait: a "left" record of rank 0 there is raised as such, never settled)."""
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
         with _undone_on_a_note(self, seq, mine):
             self._wait([combined], what, timeout, SeenFrom(peers))
         payload = bytes(self._request(lambda: self.store.get(combined), what, started))
-        if not late:
+        if not again:
             payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
         _tidy(self, mine)  # rank 0 has read it: it wrote the result
-        return unpack(payload, what, self.rank, None if late else self.turn_began())
+        return unpack(payload, what, self.rank, None if again else self.turn_began())
 
     def exchanges(self) -> int:
         return self._seq
