@@ -315,7 +315,9 @@ def tune_interrupted_waiting_for_the_decision():
             with open(caught + "2" if os.path.exists(caught) else caught, "w"):
                 pass
         emit(rank=me, what=what, seconds=time.monotonic() - t0, **said)
-    emit(rank=me, what="decided", keys=sorted(late.tuner.decided))
+    folder = os.path.join(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"], "late")
+    emit(rank=me, what="decided", keys=sorted(late.tuner.decided),
+         journals=sorted(name for name in os.listdir(folder) if name.endswith(".journal")))
 
 
 if __name__ == "__main__":

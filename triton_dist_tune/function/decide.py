@@ -203,15 +203,21 @@ def keep_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable
 
 
 def decision_kept_later(tuner: TunedFunction, group: Group, key: Any,
-                        agreed: Callable[[dict[str, Any]], Any] | None, decision: Decision,
-                        label: str) -> Callable[[Any], None]:
+                        agreed: Callable[[dict[str, Any]], Any] | None, decision: Decision, label: str,
+                        remove_journal: Callable[[], None]) -> Callable[[Any], None]:
     """What to do with the result of :func:`conclude`'s exchange where an interruption ended this rank's wait for
     it, read at its next call on the group (:meth:`~triton_dist_tune.group.channel.Group.keep_unread`): the tuning
-    ended well on every rank, so this rank keeps ``decision`` as its peers did, and logs it."""
+    ended well on every rank, so this rank keeps ``decision`` as its peers did, removes its crash journal of the
+    tuning (``remove_journal``), as a tuning that ends does, and logs it."""
 
     def keep(agreed_search: Any) -> None:
         decision.search = agreed_search if isinstance(agreed_search, str) else ""
         keep_decision(tuner, group, key, agreed, decision, decision.index)
+        try:
+            if not decision.cut:  # (a cut's choice is provisional: its journals stay for the next job to resume)
+                remove_journal()
+        except OSError as exc:  # (a journal that cannot be removed is the journal's to say; the decision stands)
+            log.warning("triton_dist_tune: %s could not remove this rank's journal of the tuning: %s", label, exc)
         logs.rank_log().info("%s the decision's last exchange, which an interruption ended this rank's wait for, "
                              "read at this rank's next call on the group: kept, as on every rank", label)
         say_decision(label, decision)

@@ -228,13 +228,13 @@ class Tuning:
             with interruptible():
                 decision = self._measure(kept, earlier, journal, plan_seed(self.key_text, tuner.space_text), guard)
             decision.seconds = time.perf_counter() - self.started
-            watch = breakdown.current()
-            decision.breakdown = watch.result() if watch is not None else None
+            decision.breakdown = watch.result() if (watch := breakdown.current()) is not None else None
             writes = self.layout is None or self.layout.reads_cache
             try:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
                          self.layout.replicas.size if self.layout is not None else 1,
-                         decision_kept_later(tuner, group, self.key, self.agreed, decision, label))
+                         decision_kept_later(tuner, group, self.key, self.agreed, decision, label,
+                                             lambda: journal.remove(kept=self.kept, own=self.env.always_tune)))
             except AllConfigsFailedError as exc:
                 ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
                 raise_with_own_cause(exc, self.trial, label)
