@@ -21,6 +21,14 @@ from _cases import case, emit, main, waited_for
 import triton_dist_tune as tdt
 
 
+def _summed(call, x: torch.Tensor) -> dict:
+    """What ``call(x)`` gave: the sum of its value, or the error it raised (an interruption is raised on)."""
+    try:
+        return {"error": None, "value": float(call(x).sum())}
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
 def _end(markers: list[str]) -> None:
     """End this process without the final barrier of :func:`main` (a rank has ended, or will not come to it),
     once every file of ``markers`` exists (the peers are done: rank 0 may host the store)."""
@@ -157,9 +165,7 @@ def contextual_left_at_its_end():
     for name, call in (("runs", runs), ("next", after)):
         t0 = time.monotonic()
         try:
-            said = {"error": None, "value": float(call(torch.ones(64)).sum())}
-        except Exception as exc:
-            said = {"error": type(exc).__name__, "message": str(exc)}
+            said = _summed(call, torch.ones(64))
         except KeyboardInterrupt:
             emit(rank=me, what=name, error="KeyboardInterrupt", seconds=time.monotonic() - t0)
             if then == "ends":
@@ -201,9 +207,7 @@ def tune_left_at_the_decision():
     for i, n in enumerate((8, 16) if then == "ends" else (8, 16, 8, 32)):
         t0 = time.monotonic()
         try:
-            said = {"error": None, "value": float(last(torch.ones(n)).sum())}
-        except Exception as exc:
-            said = {"error": type(exc).__name__, "message": str(exc)}
+            said = _summed(last, torch.ones(n))
         except KeyboardInterrupt:
             emit(rank=me, n=n, error="KeyboardInterrupt", seconds=time.monotonic() - t0)
             if then == "ends":
@@ -307,9 +311,7 @@ def tune_interrupted_waiting_for_the_decision():
             continue
         t0 = time.monotonic()
         try:
-            said = {"error": None, "value": float(f(torch.ones(n)).sum())}
-        except Exception as exc:
-            said = {"error": type(exc).__name__, "message": str(exc)}
+            said = _summed(f, torch.ones(n))
         except KeyboardInterrupt:
             said = {"error": "KeyboardInterrupt"}
             with open(caught + "2" if os.path.exists(caught) else caught, "w"):
