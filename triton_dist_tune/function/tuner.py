@@ -196,7 +196,7 @@ class Tuner(TunedFunction):
         layout = None if across is None else Layout(group, across)
         table, slot = self._place(key, pg, group, layout)
         try:
-            if slot not in table:
+            if slot not in table and group.has_unread():  # (the turn: never waited for where none is left)
                 with group.turn():
                     group.read_unread()
             return table.get(slot)

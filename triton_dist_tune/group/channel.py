@@ -141,6 +141,10 @@ class Group:
         whether it will. This base never does (an MPI channel's interrupted wait marks it broken)."""
         return False
 
+    def has_unread(self) -> bool:
+        """Whether :meth:`keep_unread` left a result to read (no store request)."""
+        return False
+
     def read_unread(self) -> None:
         """Read the result :meth:`keep_unread` left to read, waiting for it as that exchange would have, and call its
         ``keep`` with it; nothing where some rank's error ended that exchange (every rank raised it) or where none is

@@ -93,6 +93,9 @@ class LeavingChannel(Group):
         self._to_read = (awaited, keep)
         return True
 
+    def has_unread(self) -> bool:
+        return self._to_read is not None
+
     def read_unread(self) -> None:
         """:meth:`.channel.Group.read_unread`. The result is still in the store: group rank 0 deletes it at the
         exchange two on, once it has read this rank's message there, and this runs before this rank writes any. An
