@@ -148,8 +148,9 @@ class Group:
     def read_unread(self) -> None:
         """Read the result :meth:`keep_unread` left to read, waiting for it as that exchange would have, and call its
         ``keep`` with it; nothing where some rank's error ended that exchange (every rank raised it) or where none is
-        left to read. Done first at this rank's next exchange on the group, and by a tuning call before it looks for
-        its key's decision: the result is kept in the group until this rank's next message is read."""
+        left to read. Done first at this rank's next exchange on the group, and by a tuning call (and the check of a
+        call inside a CUDA graph's capture) before it looks for its key's decision: the result is kept in the store
+        until this rank's next message is read."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time (this thread's
