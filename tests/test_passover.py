@@ -117,7 +117,8 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("then", "at"), [("same", "wait"), ("other", "wait"), ("exchange", "wait"),
-                                         ("capture", "wait"), ("same", "read"), ("same", "twice")])
+                                         ("capture", "wait"), ("same", "read"), ("same", "kept"),
+                                         ("same", "twice")])
 def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_decision_at_its_next_call(tmp_path,
                                                                                                      then, at):
     """Rank 1 is interrupted inside its wait for the result of key 8's last exchange, which rank 0 gives only once
@@ -126,7 +127,8 @@ def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_deci
     or of another tuned function (``other``: tuned together, then key 8 is served on both), or an exchange of the
     group's channel (``exchange``: read before it). Before: rank 1 tuned key 8 again, against rank 0's key 16
     (``same``) or after its other call (``other``, ``exchange``): MismatchError, then a wait of T. ``read``: the
-    interruption comes once rank 1 has read that result, before its call took it (before: as in the wait).
+    interruption comes once rank 1 has read that result, before its call took it (before: as in the wait); ``kept``:
+    where the tuning keeps the decision, after the exchange (before: as in the wait).
     ``capture``: as ``same``, the call of key 8 again made as if inside a CUDA graph's capture, whose check that
     the key is decided reads that result too (before: CaptureError, the key not decided there).
     ``twice``: a second interruption inside rank 1's call "8 again", while it waits for that result, leaves it to

@@ -230,7 +230,8 @@ def tune_interrupted_waiting_for_the_decision():
     ``capture``: as ``same``, rank 1's "8 again" made as if inside a CUDA graph's capture (its check that the key is
     decided comes first).
     ``AT=read``: rank 1 is interrupted once it has read that result instead, before its call took it (a
-    KeyboardInterrupt raised where the result is decoded), and rank 0 does not wait. ``AT=twice``: rank 1 is
+    KeyboardInterrupt raised where the result is decoded), and rank 0 does not wait; ``AT=kept``: the same, raised
+    where the tuning keeps the decision (after the exchange). ``AT=twice``: rank 1 is
     interrupted once more inside its call "8 again", whose read of that result waits (rank 0 gives it once rank 1
     caught both), then calls key 8 a third time ("8 third"). Each rank emits what each call gave, and how long it
     took."""
@@ -265,6 +266,18 @@ def tune_interrupted_waiting_for_the_decision():
                 return decode(payload, what, *args)
 
             store.unpack = interrupted_once_read
+    elif os.environ.get("AT") == "kept":
+        if me == 1:
+            from triton_dist_tune.function import tuning
+
+            keep = tuning.keep
+
+            def interrupted_once_kept(*args):
+                if not os.path.exists(caught):
+                    raise KeyboardInterrupt
+                return keep(*args)
+
+            tuning.keep = interrupted_once_kept
     elif me == 0:
         cache, write = late.tuner.cache, late.tuner.cache.store
 

@@ -160,7 +160,7 @@ def raise_with_own_cause(error: AllConfigsFailedError, trial: Trial | None, labe
 
 
 def conclude(group: Group, label: str, decision: Decision, timeout: float,
-             store: Callable[[], Any] | None, replicas: int = 1,
+             store: Callable[[], Any] | None, replicas: int = 1, keep_now: Callable[[], None] | None = None,
              keep_later: Callable[[Any], None] | None = None) -> None:
     """Every rank raises the same error when no config is usable (``replicas``: how many replicas of ``group``
     tuned as one, whose errors the decision holds: :func:`failure_text`); else group rank 0 calls ``store`` (None:
@@ -168,8 +168,9 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     decision itself is already identical on every rank (it was computed from exchanged data only), but for a
     search's summary (:attr:`Decision.search`): its seconds are each rank's own (a rank leaves the group's last
     exchange at its own time), so the exchange that waits for the write carries rank 0's, the one the cache holds,
-    and every rank takes and logs it. Where an interruption ends this rank's wait for that exchange's result, the
-    group reads it at this rank's next call on it and gives it to ``keep_later`` (:func:`decision_kept_later`).
+    and every rank takes and logs it, and keeps the decision (``keep_now``). Where an interruption ends this rank's
+    wait for that exchange's result, or comes before ``keep_now`` has kept it, the group reads the result at this
+    rank's next call on it and gives it to ``keep_later`` (:func:`decision_kept_later`).
     (The decision's own :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay
     this rank's: figures of this rank, which nothing agreed reads.)"""
     if decision.index < 0:
@@ -186,11 +187,13 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     try:
         agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written",
                                  timeout=timeout)
-    except BaseException as exc:  # an interruption in the wait for that result: read at the next call
+        decision.search = agreed if isinstance(agreed, str) else ""
+        if keep_now is not None:
+            keep_now()
+    except BaseException as exc:  # an interruption before the decision is kept: read at the next call
         if keep_later is not None and not isinstance(exc, Exception):
             group.keep_unread(keep_later)
         raise
-    decision.search = agreed if isinstance(agreed, str) else ""
 
 
 def keep_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable[[dict[str, Any]], Any] | None,

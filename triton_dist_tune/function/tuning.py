@@ -233,13 +233,13 @@ class Tuning:
             try:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
                          self.layout.replicas.size if self.layout is not None else 1,
+                         lambda: keep(self, decision, decision.index),
                          decision_kept_later(tuner, group, self.key, self.agreed, decision, label,
                                              lambda: journal.remove(kept=self.kept, own=self.env.always_tune)))
             except AllConfigsFailedError as exc:
                 ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
                 raise_with_own_cause(exc, self.trial, label)
             ended, clean = not decision.cut, True  # a cut's choice is provisional: the next job resumes the journals
-            keep(self, decision, decision.index)
             say_decision(label, decision)
             if decision.breakdown is not None:
                 logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
