@@ -62,7 +62,7 @@ def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: st
     if layout is None:
         return _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite, "not given", user_extra)
     failed = _caught(lambda: layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem,
-                                          _timeout(tuner), extra_shown(user_extra)))
+                                          _timeout(tuner), extra_text=extra_shown(user_extra)))
     in_group = _caught(lambda: _agree_in_group(tuner, group, key_text, problem or _text(failed), args, kwargs,
                                                overwrite, str(layout.replicas.size), user_extra))
     failed = failed or in_group  # this rank's own error first: the group's carries it

@@ -153,7 +153,7 @@ class Layout:
         return fingerprint(f"{entry}/replicas{self.replicas.size}")
 
     def agree(self, name: str, key_text: str, space_text: str, timeout: float | None,
-              problem: str | None = None, own_timeout: float | None = None, extra_text: str = "''") -> None:
+              problem: str | None = None, own_timeout: float | None = None, *, extra_text: str) -> None:
         """Raise the same error on every rank when some replica reports a ``problem`` (a failing ``key_fn``), or
         replicas differ in key, config space, group size or ``cache_key_extra`` (``extra_text``, as the group's
         agreement shows it) (:class:`MismatchError`): the layout keeps one decision, under replica 0's text.
