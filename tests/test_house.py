@@ -2,6 +2,7 @@
 checker itself finds what it is there to find (tiny fake packages in a temporary folder)."""
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +24,26 @@ def house():
 @pytest.fixture(scope="module")
 def report(house):
     return house.check()
+
+
+#: the most bytes of tracked files: the device tool sends the working tree to a GPU machine, up to 64 MiB with the
+#: folders a call carries (``arms/fla_site`` is 6 MiB); at 109 MiB (the seventy-ninth session) every GPU ask had to
+#: take ``benchmarks/results`` out of git's index first. Old raw records go to git history
+#: (``benchmarks/results/ARCHIVED.md``)
+MAX_TRACKED_BYTES = 56 * 2**20
+
+
+def test_the_tracked_tree_fits_what_the_device_tool_sends():
+    root = _SCRIPT.parent.parent
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    paths = [root / p for p in listed.stdout.decode().split("\0") if p]
+    sizes = {p: p.stat().st_size for p in paths if p.is_file()}
+    total = sum(sizes.values())
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:5]
+    assert total <= MAX_TRACKED_BYTES, (f"{total / 2**20:.1f} MiB tracked, over {MAX_TRACKED_BYTES / 2**20:.0f} MiB; "
+                                        f"largest: {[(str(p.relative_to(root)), sizes[p]) for p in largest]}")
 
 
 def test_no_module_over_450_lines(report):
