@@ -22,7 +22,8 @@ without build isolation or dependencies, or, where pip cannot, the ranks run fro
 says which; where torch or triton is missing, everything (torch, this package with its test, mpi and plot extras,
 Open MPI). The ranks then run this checkout's code (PYTHONPATH), whatever copy of the package is installed; where
 pip's install (or what a plain python imports) is another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
-MODULE:NAME, --keys and --group-size (against the job's ranks) are checked before torchrun starts. Arguments that ask for help (-h or --help) run the
+MODULE:NAME, --calls, --keys, --backend and --group-size (against the job's ranks) are checked before torchrun
+starts. Arguments that ask for help (-h or --help) run the
 script or module once, as one process, not on every rank: its help is printed once.
 
 Multi-node: set NNODES, with NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500), on every node; they are

@@ -86,6 +86,13 @@ def test_documented_campaign_command_runs_under_launch_sh_and_real_torchrun(tmp_
     (["camp_mod:nope", "--calls", "camp_mod:build", "--keys", "8"], "module 'camp_mod' has no 'nope'"),
     (["no_such_mod:fn", "--calls", "camp_mod:build", "--keys", "8"], "no module named 'no_such_mod'"),
     (["camp_mod:fn", "--calls", "camp_mod:build", "--keys", "[256"], "'[256' is not valid JSON"),
+    # before, these three were said only once the job's group had started (under launch.sh: after torchrun started
+    # the ranks, ending in its traceback); --backend was ignored in one process, and a traceback per rank in several
+    (["camp_mod:build", "--calls", "camp_mod:build", "--keys", "8"],
+     "'camp_mod:build' is not a function decorated with triton_dist_tune.autotune"),
+    (["camp_mod:fn", "--calls", "camp_mod:__name__", "--keys", "8"], "is a str, not a function"),
+    (["camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8", "--backend", "glo"],
+     "torch.distributed has no backend 'glo'"),
 ])
 def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args, says):
     work, env = campaign_folder(tmp_path)
@@ -93,6 +100,25 @@ def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args,
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("triton-dist-tune: ") and says in lines[0], done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_campaign_backend_that_torch_lacks_is_one_line_before_torchrun_starts(tmp_path):
+    """``--backend nccl`` on a CPU build of torch (or a name torch does not know) under ``launch.sh``: before, every
+    rank's ``init_process_group`` raised torch's error (``Distributed package doesn't have NCCL built in``,
+    ``Unknown backend type``) in a traceback, then torchrun's ``ChildFailedError``; now launch.sh's check says it in
+    one line, exit status 2, and no rank starts."""
+    import torch.distributed as dist
+
+    work, env = campaign_folder(tmp_path)
+    backend, says = ("nosuch", "torch.distributed has no backend 'nosuch'") if dist.is_nccl_available() else (
+        "nccl", "was built without nccl")
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+                        "--calls", "camp_mod:build", "--keys", "8", "--rank-local", "--backend", backend],
+                       work, env, timeout=100)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("size, says", [("0", "a group holds at least 1 rank"),

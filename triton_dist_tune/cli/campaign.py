@@ -99,6 +99,40 @@ def _check_summary_file(path: Path) -> None:
         raise UsageError(f"--json {path}: a folder, not a file to write the summary into")
 
 
+def _check_loaded(args: argparse.Namespace, tuned: Any, build: Any) -> None:
+    """A :class:`LoadError` where the function is not one :func:`~triton_dist_tune.autotune` decorated, or the
+    builder is not callable (``--keys`` are given to it). Before, both were said only once the job's group had
+    started, by :func:`~triton_dist_tune.campaign` on every rank: under ``launch.sh``, after torchrun started the
+    ranks, whose exit it then reported with its own traceback."""
+    if not hasattr(getattr(tuned, "tuner", None), "decided"):
+        raise LoadError(f"{args.function!r} is not a function decorated with triton_dist_tune.autotune (a campaign "
+                        "tunes one; a contextual_autotune function is tuned by its own calls)")
+    if not callable(build):
+        raise LoadError(f"--calls {args.calls!r} is a {type(build).__name__}, not a function: --keys are given to "
+                        "it, build(key) returning the call's arguments")
+
+
+def _check_backend(name: str | None) -> None:
+    """A :class:`UsageError` where ``--backend`` names no backend ``torch.distributed`` knows (one per device, as
+    ``cpu:gloo,cuda:nccl``, too), or one this build of torch lacks (``nccl`` in a CPU build). Before, torch's own
+    error in every rank's ``init_process_group``: a traceback each, then torchrun's."""
+    if name is None:
+        return
+    import torch
+    import torch.distributed as dist
+
+    known = [b for b in dist.Backend.backend_list if b != "undefined"]  # those a plugin registered too
+    for part in name.split(","):
+        backend = part.rpartition(":")[2].strip().lower()
+        if backend not in known:
+            raise UsageError(f"--backend {name!r}: torch.distributed has no backend {backend!r} (it knows "
+                             f"{', '.join(known)}; default: nccl with CUDA, else gloo)")
+        available = getattr(dist, f"is_{backend}_available", None)
+        if available is not None and not available():
+            raise UsageError(f"--backend {name!r}: this torch ({torch.__version__}) was built without {backend}"
+                             f"{' (CPU ranks: gloo, the default without CUDA)' if backend == 'nccl' else ''}")
+
+
 def _check_group_size(size: int | None, world: int) -> None:
     """A :class:`UsageError` when ``--group-size`` does not divide the job's ``world`` ranks."""
     if size is not None and world % size:
@@ -144,6 +178,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     launcher = settings.launcher()
     keys = [_key(k) for k in args.keys]  # bad input fails before the ranks start a group
     tuned, build = load(args.function), load(args.calls)
+    _check_loaded(args, tuned, build)
+    _check_backend(args.backend)
     if args.json and (launcher.rank or 0) == 0:  # the rank that writes it says so now, not after the whole campaign
         _check_summary_file(Path(args.json))  # (the launcher ends the others)
     if args.check_only is not None:  # launch.sh, before torchrun starts the ranks: with the job's size where it
