@@ -209,6 +209,26 @@ def test_settings_are_read_in_one_place(monkeypatch, tmp_path):
     assert json.dumps(str(settings.Settings().cache_dir)).endswith('autotune"')
 
 
+def test_triton_interpret_is_read_as_triton_reads_it(monkeypatch):
+    """Whether Triton's interpreter runs the kernels is Triton's reading of ``TRITON_INTERPRET`` (its ``getenv_bool``:
+    1, true, on, yes or y, in any case, nothing around them). Before, the settings read it as a switch of the
+    tuner's own (on for any text but empty, 0, false, no and off): ``TRITON_INTERPRET=2`` left Triton compiling for a
+    GPU while the tuner timed on the host clock, on one compile thread, precompiling nothing; and the hint on
+    "0 active drivers" took only 1, true and on (``yes`` got the hint for a machine without the variable)."""
+    from triton_dist_tune import errors, settings
+
+    for text, on in (("1", True), ("TRUE", True), ("On", True), ("yes", True), ("Y", True), ("2", False),
+                     (" 1", False), ("enabled", False), ("0", False), ("off", False), ("", False)):
+        assert settings.Settings.from_env({"TRITON_INTERPRET": text}).interpret is on, text
+        monkeypatch.setenv("TRITON_INTERPRET", text)
+        assert errors._interpreting() is on, text
+        try:
+            from triton._C.libtriton import getenv_bool  # Triton's own reader, where this Triton has it
+        except ImportError:
+            continue
+        assert getenv_bool("TRITON_INTERPRET", False) is on, text
+
+
 def test_the_default_cache_folder_follows_home_as_it_is_now(monkeypatch, tmp_path):
     """The default cache folder is under ``HOME`` as the environment names it at the call, not at the package's
     import (before, a process that set ``HOME`` after importing it, or a rank forked from one that imported it

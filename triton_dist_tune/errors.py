@@ -84,9 +84,19 @@ def _text_of(exc: BaseException) -> str:
         return f"<str() of the {type(exc).__name__} raised {type(inner).__name__}>"
 
 
+#: the texts Triton reads as true in a switch such as ``TRITON_INTERPRET`` (its ``getenv_bool``: any case, nothing
+#: around them); anything else is false there, ``2`` and `` 1`` included
+TRITON_TRUE = ("1", "true", "on", "yes", "y")
+
+
+def triton_flag(value: str | None) -> bool:
+    """Whether a switch of Triton's (``TRITON_INTERPRET``) is on, as Triton reads it: :data:`TRITON_TRUE`."""
+    return (value or "").lower() in TRITON_TRUE
+
+
 def _interpreting() -> bool:
-    """Whether ``TRITON_INTERPRET`` is on, as Triton reads it (``1``, ``true`` or ``on``, in any case)."""
-    return os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on")
+    """Whether ``TRITON_INTERPRET`` is on, as Triton reads it (:func:`triton_flag`)."""
+    return triton_flag(os.environ.get("TRITON_INTERPRET"))
 
 
 def describe_error(exc: BaseException) -> str:

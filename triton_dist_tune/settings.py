@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from .errors import BadInputError
+from .errors import BadInputError, triton_flag
 
 DEFAULT_TIMEOUT_S = 300.0
 #: the most seconds any duration setting or option may hold (about 11.6 days): every clock the tuner arms must hold
@@ -167,7 +167,8 @@ class Settings:
     max_runs: int = 1000
     #: calls between a contextual group's agreements on pending keys (``..._SYNC_EVERY``, default 64)
     sync_every: int = 64
-    #: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): nothing is compiled
+    #: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``, read as Triton reads it: 1, true, on, yes or y,
+    #: in any case; anything else is off there, so here too): nothing is compiled
     interpret: bool = False
     #: the per-rank log folder (``..._LOG_DIR``, default ``.autotune_logs`` in the job's working directory)
     log_dir: Path = Path(".autotune_logs")
@@ -227,7 +228,7 @@ class Settings:
             timing=parsed(lambda: _choice(env, PREFIX + "TIMING", ("steady", "cold")), cls.timing),
             max_runs=parsed(lambda: _count(env, PREFIX + "MAX_RUNS", 1000), cls.max_runs),
             sync_every=parsed(lambda: _count(env, PREFIX + "SYNC_EVERY", 64), cls.sync_every),
-            interpret=flag(env.get("TRITON_INTERPRET")),
+            interpret=triton_flag(env.get("TRITON_INTERPRET")),  # as Triton reads it: it runs the kernels
             log_dir=Path(log_dir) if log_dir else cls.log_dir,
             new_key_grace=parsed(lambda: _seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5), cls.new_key_grace),
             compile_threads=_threads(env),
