@@ -225,6 +225,16 @@ def test_the_processes_setting_reads_a_whole_number_and_zero_turns_the_workers_o
     assert Settings.from_env({}).compile_processes is None
 
 
+def test_the_threads_setting_reads_a_whole_number_with_spaces_around_it_as_the_processes_setting_does():
+    """Before, ``" 4"`` was the default thread count while the processes setting read it as 4."""
+    from triton_dist_tune.settings import Settings
+
+    name = "TRITON_DIST_AUTOTUNE_COMPILE_THREADS"
+    assert Settings.from_env({name: " 4 "}).compile_threads == 4
+    assert Settings.from_env({name: "0"}).compile_threads is None  # not >= 1: the default
+    assert Settings.from_env({name: "many"}).compile_threads is None
+
+
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
 def test_compile_threads_count_the_cpus_this_process_may_run_on_not_the_hosts():
     """Compile threads and worker processes were sized from the host's CPU count: ranks pinned to a share of a node

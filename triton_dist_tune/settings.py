@@ -123,7 +123,7 @@ def _slurm_job(env: Mapping[str, str]) -> str | None:
 
 
 def _threads(env: Mapping[str, str]) -> int | None:
-    value = env.get(PREFIX + "COMPILE_THREADS", "")
+    value = env.get(PREFIX + "COMPILE_THREADS", "").strip()
     return int(value) if value.isdigit() and int(value) > 0 else None  # anything else: the default
 
 

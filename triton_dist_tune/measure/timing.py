@@ -213,7 +213,7 @@ def timing_mode(option: str | None) -> str:
     """The timing mode: ``TRITON_DIST_AUTOTUNE_TIMING`` when set (it overrides every function of the job), else
     ``option``, else ``steady``."""
     if option is not None and option not in TIMING_MODES:
-        raise BadInputError(f"timing must be one of {TIMING_MODES}, not {option!r}")
+        raise BadInputError(f"timing must be one of {', '.join(TIMING_MODES)}, not {option!r}")
     return settings.current().timing or option or "steady"
 
 
