@@ -374,6 +374,21 @@ def test_a_blank_master_addr_is_named(launcher, addr):
     assert time.monotonic() - t0 < 2
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("backend", ["glo", "cpu:gloo,cuda:nosuch"])
+def test_a_backend_torch_does_not_have_is_named_before_anything_starts(launcher, backend):
+    """``init_distributed(backend=...)`` naming a backend torch does not know: a BadInputError naming it and those
+    torch knows, before any store starts. Before: torch's ``AssertionError: Unknown backend type`` (or, for ``nccl``
+    on a CPU build, its RuntimeError) from ``init_process_group``, after the ranks had met."""
+    launcher.setenv("RANK", "1")
+    launcher.setenv("WORLD_SIZE", "2")
+    launcher.setenv("MASTER_PORT", "1")
+    launcher.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.raises(tdt.BadInputError, match="init_distributed: backend .* torch.distributed has no backend "
+                                                "'(glo|nosuch)' \\(it knows .*gloo"):
+        tdt.init_distributed(backend=backend, timeout_s=8)
+
+
 @pytest.mark.timeout(60)
 def test_rank_0_with_a_master_addr_that_does_not_resolve_ends_in_one_line_within_the_init_timeout(tmp_path):
     """Global rank 0, which hosts the store (no torchrun agent), given a ``MASTER_ADDR`` no resolver knows: one line

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..disk import logs
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error
+from ..group.dist import backend_problem
 from .common import UsageError, at_least_one
 
 
@@ -113,24 +114,11 @@ def _check_loaded(args: argparse.Namespace, tuned: Any, build: Any) -> None:
 
 
 def _check_backend(name: str | None) -> None:
-    """A :class:`UsageError` where ``--backend`` names no backend ``torch.distributed`` knows (one per device, as
-    ``cpu:gloo,cuda:nccl``, too), or one this build of torch lacks (``nccl`` in a CPU build). Before, torch's own
-    error in every rank's ``init_process_group``: a traceback each, then torchrun's."""
-    if name is None:
-        return
-    import torch
-    import torch.distributed as dist
-
-    known = [b for b in dist.Backend.backend_list if b != "undefined"]  # those a plugin registered too
-    for part in name.split(","):
-        backend = part.rpartition(":")[2].strip().lower()
-        if backend not in known:
-            raise UsageError(f"--backend {name!r}: torch.distributed has no backend {backend!r} (it knows "
-                             f"{', '.join(known)}; default: nccl with CUDA, else gloo)")
-        available = getattr(dist, f"is_{backend}_available", None)
-        if available is not None and not available():
-            raise UsageError(f"--backend {name!r}: this torch ({torch.__version__}) was built without {backend}"
-                             f"{' (CPU ranks: gloo, the default without CUDA)' if backend == 'nccl' else ''}")
+    """A :class:`UsageError` where ``--backend`` names no backend torch has (:func:`~.group.dist.backend_problem`).
+    Before, torch's own error in every rank's ``init_process_group``: a traceback each, then torchrun's."""
+    problem = backend_problem(name)
+    if problem is not None:
+        raise UsageError(f"--backend {problem}")
 
 
 def _check_group_size(size: int | None, world: int) -> None:

@@ -35,6 +35,28 @@ def _required(value: int | None, names: tuple[str, ...]) -> int:
     return value
 
 
+def backend_problem(name: str | None) -> str | None:
+    """What is wrong with ``name`` as a ``torch.distributed`` backend (one, or one per device as
+    ``cpu:gloo,cuda:nccl``): a backend torch does not know, or one this build of torch lacks (``nccl`` in a CPU
+    build); None where nothing is, or ``name`` is None (the default)."""
+    if name is None:
+        return None
+    import torch
+    import torch.distributed as dist
+
+    known = [b for b in dist.Backend.backend_list if b != "undefined"]  # those a plugin registered too
+    for part in name.split(","):
+        backend = part.rpartition(":")[2].strip().lower()
+        if backend not in known:
+            return (f"{name!r}: torch.distributed has no backend {backend!r} (it knows {', '.join(known)}; default: "
+                    "nccl with CUDA, else gloo)")
+        available = getattr(dist, f"is_{backend}_available", None)
+        if available is not None and not available():
+            return (f"{name!r}: this torch ({torch.__version__}) was built without {backend}"
+                    f"{' (CPU ranks: gloo, the default without CUDA)' if backend == 'nccl' else ''}")
+    return None
+
+
 def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> Any:
     """Initialize the default process group, restart-safe, and return it.
 
@@ -78,6 +100,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= settings.MAX_SECONDS):  # (not the variable's)
         raise BadInputError(f"init_distributed: timeout_s must be a positive number of seconds, at most "
                             f"{settings.MAX_SECONDS:g}, not {timeout_s!r}")
+    problem = backend_problem(backend)
+    if problem is not None:  # (before: torch's AssertionError or RuntimeError from init_process_group, on every rank)
+        raise BadInputError(f"init_distributed: backend {problem}")
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
