@@ -208,3 +208,56 @@ def test_a_rank_interrupted_at_the_end_of_a_contextual_tuning_call(tmp_path, n, 
     each = [said[(r, "next")] for r in range(n)]
     assert all(e["error"] is None and e["seconds"] < AGAIN_S for e in each), each
     assert len({e["value"] for e in each}) == 1, each
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("n", "at", "then", "sig"), [(2, "last", "same", "INT"), (2, "last", "other", "INT"),
+                                                      (3, "last", "same", "TERM"), (2, "decided", "same", "INT"),
+                                                      (3, "decided", "other", "INT"), (2, "summary", "same", "INT"),
+                                                      (3, "summary", "other", "INT")])
+def test_a_rank_interrupted_waiting_for_a_contextual_runs_result_applies_it_at_its_next_call(tmp_path, n, at, then,
+                                                                                             sig):
+    """Rank 1 is interrupted (SIGINT, or SIGTERM: SystemExit) inside its wait for the result of a run's exchange of
+    a ``contextual_autotune`` tuning call of key 64, which rank 0 gives only once rank 1 caught it; then every rank
+    calls key 64 again and a new key 128 (``then``: in that order, or the other). Rank 1 reads that result at its
+    next call and applies it as its peers did.
+    ``last``: the exchange after the final run, the call's last: the others' call returned; rank 1's next calls run
+    in step with theirs (key 64 served, one run; key 128 tuned together). Before: its call again was the group's
+    first call on it alone, which waited T + T/10 at the journal exchange (GroupTimeoutError), and so did every
+    later one.
+    ``decided``: the exchange that decides key 64 (under ALWAYS_TUNE, rank 1's configs costing the other way round
+    from its second call): the others raise RankFailedError naming the interruption (they were still in the call),
+    and every rank's call again serves key 64 with the config the group chose, in one run. Before: rank 1 tuned key
+    64 again alone (7 runs; the others ran their decision untimed) and chose the other config: the ranks ran
+    different configs for one key.
+    ``summary``: rank 1 is interrupted at its rank log's summary line of that call instead, after its last exchange
+    (the call counts as ended on every rank before that line: before, only once it returned, and rank 1's call
+    again waited T + T/10 at the journal exchange, as with ``last``)."""
+    env = {**tuner_env(tmp_path, 30), "AT": at, "NEXT": then, "SIG": sig}
+    if at == "decided":
+        env |= {"TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "LATE_COST": "1"}
+    results = run_ranks(CASES, n, ["contextual_interrupted_waiting_for_its_result"], timeout=180, env=env)
+    said = said_by(results)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    interruption = "KeyboardInterrupt" if sig == "INT" else "SystemExit"
+    assert said[(1, "first")]["error"] == interruption, describe(results)
+    peers = [r for r in range(n) if r != 1]
+    for rank in peers:  # (7 runs on the virtual clock: the scenario's exchanges 5 and 6 are the ones it names)
+        first = said[(rank, "first")]
+        assert first["runs"] == 7, first
+        if at != "decided":
+            assert first["error"] is None, first
+        else:
+            assert first["error"] == "RankFailedError" and "group rank 1 was interrupted" in first["message"], first
+    for what in ("again", "new"):
+        each = [said[(r, what)] for r in range(n)]
+        assert all(e["error"] is None and e["seconds"] < PROMPT_S for e in each), each
+        assert len({str(e["configs"]) for e in each}) == 1, each  # one config per key on every rank
+    assert said[(0, "again")]["configs"]["64"] == 64, said[(0, "again")]  # the group's choice (config 0)
+    if then == "same":
+        assert all(said[(r, "again")]["runs"] == 1 for r in range(n)), describe(results)  # not tuned again
+    decided = [said[(r, "decided")] for r in range(n)]
+    assert all(d["keys"] == decided[0]["keys"] and d["journals"] == [] for d in decided), decided
+    log = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
+            in log) is (at != "summary"), log[-3000:]

@@ -335,5 +335,94 @@ def tune_interrupted_waiting_for_the_decision():
          journals=sorted(name for name in os.listdir(folder) if name.endswith(".journal")))
 
 
+@case
+def contextual_interrupted_waiting_for_its_result():
+    """Rank 1 is interrupted (``SIG``: INT, KeyboardInterrupt; TERM, SystemExit) inside its wait for the result of
+    a run's exchange of a ``contextual_autotune`` tuning call (key 64), its message written; rank 0 gives that result
+    only once rank 1 caught it. ``AT=last``: the exchange after the final run (run 6: on the virtual clock the key
+    is decided by run 5's exchange), the call's last; ``decided``: run 5's, which decides the key; ``summary``:
+    rank 1's rank log raises KeyboardInterrupt at the call's summary line instead, once the call's last exchange
+    was read. Then every rank
+    calls key 64 "again" and key 128 ("new"), in that order (``NEXT=same``) or the other (``other``). With
+    ``LATE_COST=1`` rank 1's configs cost the other way round after its first call (a key it tuned again alone would
+    choose the other config). Each rank emits, per call, what it gave, how many runs it made, the config its kernel
+    runs for each key and how long it took; then the decisions and its journals left."""
+    import signal
+    import threading
+
+    import triton
+    from _cases import contextual_virtual_clock, spend
+    from _kernels import increment
+
+    from triton_dist_tune.group.resolve import resolve_group
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    tdt.init_distributed(backend="gloo")
+    contextual_virtual_clock()
+    me, group = dist.get_rank(), resolve_group(None)
+    folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
+    caught = os.path.join(folder, "caught")
+    at = os.environ["AT"]
+    target = f"end of run {6 if at == 'last' else 5}"
+    costs = [{64: 1.0, 128: 2.0}, {64: 3.0, 128: 2.0} if me == 1 and os.environ.get("LATE_COST") else
+             {64: 1.0, 128: 2.0}]
+    called = [0]
+
+    def cost(block: int):
+        return lambda nargs: spend(costs[min(called[0], 1)][block])
+
+    add_one = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=cost(b)) for b in (64, 128)],
+                              key=["n"])(increment)
+
+    @tdt.contextual_autotune(is_dist=True, n_repeat=2, n_warmup=1)
+    def runs(x):
+        add_one[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+        return x
+
+    if at == "summary":
+        from triton_dist_tune.disk import logs
+
+        class Interrupting(logging.Handler):
+            armed = me == 1
+
+            def emit(self, record: logging.LogRecord) -> None:
+                if Interrupting.armed and "done after" in record.getMessage():
+                    Interrupting.armed = False
+                    raise KeyboardInterrupt
+
+        logs.rank_log().addHandler(Interrupting())
+    elif me == 0:
+        gather = group._gather_and_send
+
+        def held(seq, obj, fn, what, timeout):  # the result comes once rank 1 caught its interruption
+            if what.endswith(target):
+                waited_for([caught], 60)
+            return gather(seq, obj, fn, what, timeout)
+
+        group._gather_and_send = held
+    elif me == 1:
+        def interrupt_in_the_wait() -> None:  # once rank 1's message of that exchange is in the store
+            while not (group._what.endswith(target) and group._sent == group.exchanges()):
+                time.sleep(0.01)
+            time.sleep(0.2)
+            signal.pthread_kill(threading.main_thread().ident, getattr(signal, "SIG" + os.environ["SIG"]))
+
+        threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
+    later = [(64, "again"), (128, "new")]
+    for n, what in [(64, "first"), *(later if os.environ["NEXT"] == "same" else later[::-1])]:
+        t0 = time.monotonic()
+        try:
+            said = _summed(runs, torch.zeros(n))
+        except (KeyboardInterrupt, SystemExit) as exc:
+            said = {"error": type(exc).__name__}
+            open(caught, "w").close()
+        called[0] += 1
+        emit(rank=me, what=what, seconds=time.monotonic() - t0, runs=runs.tuner.last_runs,
+             configs={str(k[0]): v.kwargs["BLOCK"] for k, v in add_one.cache.items()}, **said)
+    emit(rank=me, what="decided", keys={str(k[1]): v["index"] for k, v in runs.tuner.decisions.items()},
+         journals=sorted(name for name in os.listdir(os.path.join(folder, "contextual"))
+                         if name.endswith(f".rank{me}.journal")))
+
+
 if __name__ == "__main__":
     main()

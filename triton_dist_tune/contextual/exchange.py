@@ -30,15 +30,28 @@ if TYPE_CHECKING:
 
 def exchange(session: CallState, error: Exception | None) -> Exchanged:
     """Share this run's data, update every track alike; returns what the exchange told. Raises on every rank when
-    the function raised on some rank (other than because of a failing config)."""
+    the function raised on some rank (other than because of a failing config). Where an interruption ends this
+    rank's wait for the result, its message written, the group reads the result at this rank's next call on it
+    (:func:`applied_late`)."""
     group = session.group
+    message = _message(session, error)
+    begun = group.exchanges()
     try:
-        gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
+        gathered = group.allgather(message, f"{session.label} end of run {session.runs - 1}",
                                    timeout=exchange_timeout(session.timeout))
     except GroupTimeoutError as exc:  # the peers never came: say what this rank's run raised, the likelier cause
         if error is None:
             raise
         raise type(exc)(f"{exc}; on this rank, run {session.runs - 1} had raised {describe_error(error)}") from error
+    except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task: in this exchange (begun), the result unread
+        if not isinstance(exc, Exception) and group.exchanges() != begun:
+            group.keep_unread(lambda late: applied_late(session, late))
+        raise
+    return applied(session, gathered, error)
+
+
+def applied(session: CallState, gathered: list[dict[str, Any]], error: Exception | None) -> Exchanged:
+    """Update every track from the exchange's result ``gathered`` (:func:`exchange`), as every rank does."""
     check_same_steps(session.label, [message.get("steps") for message in gathered])
     check_same_kernels(session, gathered)
     try:
@@ -58,6 +71,36 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
         for tid, records in message["launches"].items():
             launched.setdefault(tid, set()).update(index for index, _, _ in records)
     return Exchanged(created, met, launched, all(message["compiles"] for message in gathered))
+
+
+def applied_late(session: CallState, gathered: list[dict[str, Any]]) -> None:
+    """The result of a run's exchange whose wait an interruption ended on this rank (its message written, so the
+    exchange completed without it), read at this rank's next call on the group (``Group.read_unread``): this rank
+    applies it as its peers did, so that it decides the keys they decided there, and, where it was the call's last
+    exchange (every track decided before it, or none), counts the call ended, as they do: its next call is theirs
+    (before: it tuned the keys again as the group's first call, alone, and waited ``T`` at the journal exchange; or,
+    its peers' call having raised, it tuned a key alone that they had decided, and could choose another config).
+    Nothing is applied where the peers stopped before their steps: a key met by ranks other than 0 alone is looked up
+    in an exchange of its own, which this rank's leaving ended on them, and an error in the result is theirs (every
+    rank raised it). The journals the steps write to are closed again."""
+    met = {tid for message in gathered for tid in message["new"]} - set(session.tracks)
+    if met - set(gathered[0]["disk"]):
+        return
+    try:
+        exchanged = applied(session, gathered, None)
+    except AutotuneError as exc:  # raised on every rank in that exchange (a mismatch, a pruning's, the function's)
+        session.log.info("%s the result of run %d's exchange, read at this rank's next call: %s", session.label,
+                         session.runs - 1, describe_error(exc))
+        return
+    finally:
+        for local in session.local.values():
+            local.journal.close()
+    ended = (session.final_run or not session.tracks) and not exchanged.created
+    if ended:
+        session.tuner.tuned(session.group)
+    session.log.info("%s run %d's exchange, which an interruption ended this rank's wait for, read at this rank's "
+                     "next call on the group: applied, as on every rank%s", session.label, session.runs - 1,
+                     f"; the call ended after {session.runs} run(s) on every rank" if ended else "")
 
 
 def raise_if_raised(session: CallState, raisers: list[tuple[int, str]], error: Exception | None) -> None:

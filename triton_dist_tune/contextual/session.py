@@ -116,6 +116,7 @@ class Session(CallState):
             exchanged = exchange(self, error)
             created = exchanged.created
             if (self.final_run or not self.tracks) and not created:
+                self.tuner.tuned(self.group)  # ended on every rank: counted so before any line of it is logged
                 self._summary()
                 return out
             # the bound applies however the keys are decided: a key that changes every run and is decided as it is
@@ -175,6 +176,7 @@ class Session(CallState):
         self.met = None
         out, error = self._run_once(args, kwargs)
         ended_alike(self, error)  # a run that raised on some rank raises on every rank
+        self.tuner.tuned(self.group)
         self._summary()
         return out
 

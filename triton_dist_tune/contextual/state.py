@@ -83,6 +83,11 @@ class TunerState:
     def settled(self, gid: tuple, calls: int) -> None:
         """Settling hot call ``calls`` ended."""
 
+    def tuned(self, group: Group) -> None:
+        """A tuning call on ``group`` ended on every rank, as its last exchange told (:mod:`~.session`: before any
+        line of it is logged), or as that exchange's result, which an interruption ended this rank's wait for,
+        told at this rank's next call (:func:`~.exchange.applied_late`)."""
+
 
 @dataclass
 class RunRecord:

@@ -163,7 +163,10 @@ class ContextualTuner(TunerState):
                 try:
                     with group.turn():
                         try:
-                            tune = first or window or self._agree(group, calls)
+                            if group.has_unread():  # a run's exchange this rank's interrupted call left unread:
+                                group.read_unread()  # applied first, as on its peers (exchange.applied_late)
+                                first, window = gid not in self._called, self._in_window(group, calls)
+                            tune = first or window or (due and self._agree(group, calls))
                         finally:
                             self._ended(gid, calls, agreement_only=True)
                         if tune:
@@ -287,8 +290,13 @@ class ContextualTuner(TunerState):
                 out = session.call(args, kwargs)
             finally:
                 self.last_runs = session.runs
-        self._called.add(group.identity)
         return out
+
+    def tuned(self, group: Group) -> None:
+        """A tuning call on ``group`` ended on every rank (:meth:`~.state.TunerState.tuned`): the next calls run hot,
+        but for agreements and their tuning windows (before, the call counted only once it returned: a rank
+        interrupted at its summary's line made the group's first call again, alone, and waited ``T``)."""
+        self._called.add(group.identity)
 
     def _agree(self, group: Group, calls: int) -> bool:
         """Every ``sync_every`` calls, one exchange: does any rank hold pending keys (met in hot calls since the
