@@ -1,10 +1,17 @@
 """One rank of a chaos job (``benchmarks/chaos.py``): tune a small function with one fault injected, print the outcome.
 
-Run as ``python _chaos_rank.py`` with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), the tuner's
+Run as ``python _chaos_rank.py`` with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or under
+``mpiexec`` for a plan whose ``launcher`` is ``mpi`` (then the tuner's group is mpi4py's ``COMM_WORLD``, no
+torch.distributed: ``autotune_pg=``, ``campaign(pg=)``, ``contextual_autotune(is_dist=)``, and the tuned function's
+collective is mpi4py's ``allreduce``, which keeps the GIL while it waits), the tuner's variables
 (TRITON_DIST_AUTOTUNE_TIMEOUT, _CACHE_DIR, _LOG_DIR) and ``CHAOS_PLAN``, the job's plan as JSON
 (:func:`chaos.make_plan`). It writes into the job's folder (the working directory):
 
-- ``ready.rank<r>`` once its process group is up (the driver times its faults from every rank's);
+- ``ready.rank<r>`` once its process group is up (``{"at": unix time, "pid": its pid}``: the driver times its faults
+  from every rank's; under mpiexec its ranks are not the driver's children, so it signals them by that pid);
+- under mpiexec: ``out.rank<r>`` and ``err.rank<r>`` (its stdout and stderr; the driver opens them for torchrun's
+  ranks), and ``exit.rank<r>``, the status the tuner's watchdog gave ``os._exit`` (mpiexec says one status for the
+  whole job; a normal end's status is its RESULT's);
 - ``fault.json`` when it injects the plan's fault itself (``{"at": unix time, "rank": r, "what": ...}``);
 - ``stack.rank<r>``: every thread's stack when the driver sends SIGUSR1 (a job past its hard limit). Not
   ``faulthandler.dump_traceback_later``: the tuner's own backstop arms that one timer of the process, and arming it
@@ -41,6 +48,8 @@ import torch.distributed as dist
 
 import triton_dist_tune as tdt
 
+#: the tuner's group under mpiexec (mpi4py's COMM_WORLD), empty under torchrun's variables (the default group)
+COMM: list[Any] = []
 PLAN: dict[str, Any] = json.loads(os.environ.get("CHAOS_PLAN", "{}"))
 FAULT: dict[str, Any] = PLAN.get("fault", {})
 #: ms each config sleeps per call (config 0 fastest; nothing asserts on the order, only on agreement)
@@ -54,7 +63,20 @@ LAST_KEY: list[Any] = []
 
 
 def rank() -> int:
+    if COMM:
+        return COMM[0].Get_rank()
     return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def group(option: str = "autotune_pg") -> dict[str, Any]:
+    """The group ``option`` of a call: none (the default group), or the communicator under mpiexec."""
+    return {option: COMM[0]} if COMM else {}
+
+
+def say(name: str, what: Any) -> None:
+    """Write ``what`` as JSON into the file ``name``, whole (the driver reads it while the rank runs)."""
+    Path(name + ".tmp").write_text(json.dumps(what))
+    os.replace(name + ".tmp", name)
 
 
 def inject(what: str, config: int) -> None:
@@ -72,9 +94,8 @@ def inject(what: str, config: int) -> None:
         return
     if not Path("fault.json").exists():
         decided = what == "call" and WORK and LAST_KEY and LAST_KEY[-1] in WORK[-1].tuner.decided
-        Path("fault.json.tmp").write_text(json.dumps({"at": time.time(), "rank": rank(), "what": kind,
-                                                      "config": config, "k": FAULT["k"], "decided": bool(decided)}))
-        os.replace("fault.json.tmp", "fault.json")
+        say("fault.json", {"at": time.time(), "rank": rank(), "what": kind, "config": config, "k": FAULT["k"],
+                           "decided": bool(decided)})
     elif not persistent:
         return
     if kind == "kill":
@@ -89,6 +110,8 @@ def inject(what: str, config: int) -> None:
 
 def collective(x: torch.Tensor) -> torch.Tensor:
     y = x.clone()
+    if PLAN.get("collective") and COMM:
+        return torch.from_numpy(COMM[0].allreduce(y.numpy()))
     if PLAN.get("collective"):
         dist.all_reduce(y)
     return y
@@ -129,11 +152,12 @@ def tune_function() -> dict[str, int]:
     work = make_work()
     WORK.append(work)
     if PLAN["mode"] == "campaign":
-        summary = tdt.campaign(work, lambda n: torch.ones(n), PLAN["keys"], progress=False)
+        summary = tdt.campaign(work, lambda n: torch.ones(n), PLAN["keys"], progress=False,
+                               **group("pg"))
         return {str(k): v for k, v in sorted(summary.choices.items())} | {
             f"failed {r.key}": -1 for r in summary.failed}
     for n in PLAN["keys"]:
-        work(torch.ones(n))
+        work(torch.ones(n), **group())
     return {str(k): cfg["v"] for k, cfg in sorted(work.tuner.decided.items(), key=lambda kv: str(kv[0]))}
 
 
@@ -158,7 +182,7 @@ def tune_contextual() -> dict[str, int]:
         mask = offs < n
         tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
 
-    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    @tdt.contextual_autotune(is_dist=COMM[0] if COMM else True, n_warmup=1, n_repeat=2)
     def layer(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
@@ -169,11 +193,32 @@ def tune_contextual() -> dict[str, int]:
     return {str(k): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=lambda kv: str(kv[0]))}
 
 
+def start_mpi(me: int) -> None:
+    """Under mpiexec: this rank's stdout and stderr into its files, its watchdog's exit status said in
+    ``exit.rank<r>``, and mpi4py's COMM_WORLD as the tuner's group."""
+    for fd, name in ((1, "out"), (2, "err")):
+        os.dup2(os.open(f"{name}.rank{me}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    end = os._exit
+
+    def exit_saying(code: int) -> None:
+        say(f"exit.rank{me}", code)
+        end(code)
+
+    os._exit = exit_saying
+    from mpi4py import MPI
+
+    COMM.append(MPI.COMM_WORLD)
+
+
 def main() -> int:
-    stacks = open(f"stack.rank{os.environ['RANK']}", "w")  # noqa: SIM115 (open for the process's life)
+    me = int(os.environ.get("RANK") or os.environ["OMPI_COMM_WORLD_RANK"])
+    stacks = open(f"stack.rank{me}", "w")  # noqa: SIM115 (open for the process's life)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
-    tdt.init_distributed()
-    Path(f"ready.rank{rank()}").write_text(repr(time.time()))
+    if PLAN.get("launcher") == "mpi":
+        start_mpi(me)
+    else:
+        tdt.init_distributed()
+    say(f"ready.rank{rank()}", {"at": time.time(), "pid": os.getpid()})
     try:
         choices = tune_contextual() if PLAN["mode"] == "contextual" else tune_function()
     except tdt.AutotuneError as exc:
