@@ -73,6 +73,13 @@ def group(option: str = "autotune_pg") -> dict[str, Any]:
     return {option: COMM[0]} if COMM else {}
 
 
+def decisions() -> dict[Any, dict[str, int]]:
+    """The tuned function's decisions by key: the default group's or, under mpiexec, the communicator's (the
+    tuner keeps a group's by its identity and the key)."""
+    tuner = WORK[-1].tuner
+    return {slot[-1]: config for slot, config in tuner.decided_in.items()} if COMM else tuner.decided
+
+
 def say(name: str, what: Any) -> None:
     """Write ``what`` as JSON into the file ``name``, whole (the driver reads it while the rank runs)."""
     Path(name + ".tmp").write_text(json.dumps(what))
@@ -93,7 +100,7 @@ def inject(what: str, config: int) -> None:
     if CALLS[(what, config)] < FAULT["k"] or (not persistent and CALLS[(what, config)] > FAULT["k"]):
         return
     if not Path("fault.json").exists():
-        decided = what == "call" and WORK and LAST_KEY and LAST_KEY[-1] in WORK[-1].tuner.decided
+        decided = what == "call" and WORK and LAST_KEY and LAST_KEY[-1] in decisions()
         say("fault.json", {"at": time.time(), "rank": rank(), "what": kind, "config": config, "k": FAULT["k"],
                            "decided": bool(decided)})
     elif not persistent:
@@ -158,7 +165,7 @@ def tune_function() -> dict[str, int]:
             f"failed {r.key}": -1 for r in summary.failed}
     for n in PLAN["keys"]:
         work(torch.ones(n), **group())
-    return {str(k): cfg["v"] for k, cfg in sorted(work.tuner.decided.items(), key=lambda kv: str(kv[0]))}
+    return {str(k): cfg["v"] for k, cfg in sorted(decisions().items(), key=lambda kv: str(kv[0]))}
 
 
 def tune_contextual() -> dict[str, int]:
