@@ -114,7 +114,7 @@ def _check_loaded(args: argparse.Namespace, tuned: Any, build: Any) -> None:
 
 
 def _check_backend(name: str | None) -> None:
-    """A :class:`UsageError` where ``--backend`` names no backend torch has (:func:`~.group.dist.backend_problem`).
+    """A :class:`UsageError` where ``--backend`` names no backend torch has (:func:`~..group.dist.backend_problem`).
     Before, torch's own error in every rank's ``init_process_group``: a traceback each, then torchrun's."""
     problem = backend_problem(name)
     if problem is not None:
