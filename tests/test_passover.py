@@ -261,3 +261,35 @@ def test_a_rank_interrupted_waiting_for_a_contextual_runs_result_applies_it_at_i
     log = (tmp_path / "logs" / "rank-1.log").read_text()
     assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
             in log) is (at != "summary"), log[-3000:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("n", "then"), [(2, "hot"), (3, "hot"), (2, "capture"), (2, "max_runs"), (3, "max_runs")])
+def test_a_contextual_rank_interrupted_waiting_for_a_result_reads_it_at_its_next_call_hot_or_bounded(tmp_path, n,
+                                                                                                     then):
+    """Rank 1 is interrupted (SIGINT) inside its wait for a result the review of abcc24d9 found left unapplied.
+    ``hot`` (and ``capture``: that call made as inside a CUDA graph's capture): call 1 (size 128, a new key met in a
+    hot call by every rank, so tuned there) is interrupted at the exchange that decides key 128; the others raise
+    RankFailedError; call 2 runs hot on every rank and launches the group's choice, BLOCK 128. Before: rank 1's call 2
+    (not the group's first, no agreement due) ran hot with key 128 undecided there, so with its local default
+    BLOCK 64 (the others: 128), after waiting the new-key grace, until the agreement ``sync_every`` calls on; in a
+    capture it raised CaptureError alone. ``max_runs``: call 0 reaches ``max_runs``; the interruption is in the wait
+    of its last exchange (after the bound's extra run); the others' call returned, and call 1 runs hot on every
+    rank. Before: that exchange's result was never read, and rank 1's call 1 and every later one was the group's
+    first again, alone: GroupTimeoutError after T + T/10 at the journal exchange."""
+    env = {**tuner_env(tmp_path, 30), "PLAN": "64,128,128", "AT_CALL": "1", "AT": "end of run 6"}
+    if then == "capture":
+        env["CAPTURE"] = "2"
+    if then == "max_runs":
+        env |= {"PLAN": "64,64", "AT_CALL": "0", "AT": "(after max_runs)", "MAX_RUNS": "3"}
+    results = run_ranks(HERE / "scenarios" / "contextual_late_cases.py", n, ["interrupted_then_called"], timeout=100,
+                        env=env)
+    said = said_by(results)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    last = len(env["PLAN"].split(",")) - 1
+    assert said[(1, last - 1)]["error"] == "KeyboardInterrupt", describe(results)
+    each = [said[(r, last)] for r in range(n)]
+    assert all(e["error"] is None and e["runs"] == 1 and e["seconds"] < PROMPT_S for e in each), each
+    assert len({str(e["last"]) for e in each}) == 1, each  # one config on every rank
+    if then != "max_runs":
+        assert each[0]["last"] == [[128, 128]], each

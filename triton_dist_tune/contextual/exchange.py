@@ -44,8 +44,9 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
             raise
         raise type(exc)(f"{exc}; on this rank, run {session.runs - 1} had raised {describe_error(error)}") from error
     except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task: in this exchange (begun), the result unread
-        if not isinstance(exc, Exception) and group.exchanges() != begun:
-            group.keep_unread(lambda late: applied_late(session, late))
+        if not isinstance(exc, Exception) and group.exchanges() != begun and \
+                group.keep_unread(lambda late: applied_late(session, late)):
+            session.tuner.left_unread(group)
         raise
     return applied(session, gathered, error)
 
@@ -122,9 +123,30 @@ def ended_alike(session: CallState, error: Exception | None) -> None:
     run's is (:func:`raise_if_raised`). Otherwise the raising ranks' call ended with their own error, the others'
     returned, and their next calls parted: the first tuned again as the group's first call, the others ran hot."""
     raised = describe_error(error) if error is not None else None
-    gathered = session.group.allgather(raised, f"{session.label} end of run {session.runs - 1} (after max_runs)",
-                                       timeout=exchange_timeout(session.timeout))
+    group = session.group
+    begun = group.exchanges()
+    try:
+        gathered = group.allgather(raised, f"{session.label} end of run {session.runs - 1} (after max_runs)",
+                                   timeout=exchange_timeout(session.timeout))
+    except BaseException as exc:  # an interruption in the wait for the call's last result: read at the next call
+        if not isinstance(exc, Exception) and group.exchanges() != begun and \
+                group.keep_unread(lambda late: _ended_late(session, late)):
+            session.tuner.left_unread(group)
+        raise
     raise_if_raised(session, [(r, text) for r, text in enumerate(gathered) if text], error)
+
+
+def _ended_late(session: CallState, gathered: list[Any]) -> None:
+    """The result of :func:`ended_alike`'s exchange, the call's last, whose wait an interruption ended on this rank,
+    read at its next call on the group: where no rank's run raised, the call ended on every rank (its peers' call
+    returned), and counts so here (before: this rank's next call was the group's first again, alone, and waited
+    ``T + T/10`` at the journal exchange; and so did every later call). The keys were decided before that run."""
+    if any(gathered):  # every rank raised it
+        return
+    session.tuner.tuned(session.group)
+    session.log.info("%s run %d's exchange (after max_runs), which an interruption ended this rank's wait for, read "
+                     "at this rank's next call on the group: the call ended after %d run(s) on every rank",
+                     session.label, session.runs - 1, session.runs)
 
 
 def _message(session: CallState, error: Exception | None) -> dict[str, Any]:

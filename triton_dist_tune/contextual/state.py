@@ -88,6 +88,11 @@ class TunerState:
         line of it is logged), or as that exchange's result, which an interruption ended this rank's wait for,
         told at this rank's next call (:func:`~.exchange.applied_late`)."""
 
+    def left_unread(self, group: Group) -> None:
+        """An interruption ended this rank's wait for the result of an exchange of a call of this function on
+        ``group``, its message written: the group keeps the result to read (``Group.keep_unread``), and this
+        function's next call on the group reads it first, hot or not (:mod:`~.tuner`)."""
+
 
 @dataclass
 class RunRecord:

@@ -72,6 +72,9 @@ class ContextualTuner(TunerState):
         #: group identity -> the keys every rank offered at that agreement (the window ends once all are decided)
         self.offered: dict[tuple, list[TrackId]] = {}
         self._called: set[tuple] = set()
+        #: group identities where an interruption left the result of an exchange of this function's call unread on
+        #: this rank (:meth:`left_unread`): the next call reads it first, even one that would run hot
+        self._unread: set[tuple] = set()
         self._group: tuple[Any, Group] | None = None
         self._default = options.is_dist is None or options.is_dist is True
         #: group identities whose agreement (every ``sync_every`` calls) fell in a CUDA-graph capture: made at the
@@ -144,11 +147,15 @@ class ContextualTuner(TunerState):
             first = gid not in self._called  # (inline: the hot path enters no Python function here; _first_due)
             due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
             window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
-            tunes = (first or due or window) and not capturing()
+            late = gid in self._unread  # a result this rank's interrupted call left unread: read first, in the turn
+            tunes = (first or due or window or late) and not capturing()
             if tunes:
                 self._tuning.setdefault(gid, {})[calls] = due
             opened.add(calls)  # (last, under the lock: a later call sees it; nothing between here and try raises)
         try:
+            if late and not tunes:  # in a CUDA-graph capture: a read of the store only, nothing launched
+                with group.turn():
+                    first, window = self._read_late(group, calls)
             if (first or due or window) and not tunes:  # in a CUDA-graph capture: no tuning, no store, no exchange
                 if first:
                     raise tuning_in_capture(self.options.name, "this is its first call, which tunes every kernel "
@@ -163,9 +170,8 @@ class ContextualTuner(TunerState):
                 try:
                     with group.turn():
                         try:
-                            if group.has_unread():  # a run's exchange this rank's interrupted call left unread:
-                                group.read_unread()  # applied first, as on its peers (exchange.applied_late)
-                                first, window = gid not in self._called, self._in_window(group, calls)
+                            if late or group.has_unread():
+                                first, window = self._read_late(group, calls)
                             tune = first or window or (due and self._agree(group, calls))
                         finally:
                             self._ended(gid, calls, agreement_only=True)
@@ -179,6 +185,22 @@ class ContextualTuner(TunerState):
             if self._sleeping:  # a later call may wait for this one to end (it counted itself before its look)
                 with self._counting:
                     self._changed.notify_all()
+
+    def _read_late(self, group: Group, calls: int) -> tuple[bool, bool]:
+        """(In the group's turn.) A run's exchange this rank's interrupted call left unread: applied first, as on its
+        peers (:func:`~.exchange.applied_late`); returns whether call ``calls`` is still the group's first and in
+        a tuning window. Read by whichever call of this function comes next (before: only by one that would tune:
+        after a call that was not the group's first, the next ones ran hot with the keys of that exchange
+        undecided here, each with a local default, where the peers ran the group's choice, until the next
+        agreement, ``sync_every`` calls on)."""
+        if group.has_unread():
+            group.read_unread()  # (an interruption of the read leaves it, and this function's mark, to the next call)
+        self._unread.discard(group.identity)
+        return group.identity not in self._called, self._in_window(group, calls)
+
+    def left_unread(self, group: Group) -> None:
+        """:meth:`~.state.TunerState.left_unread`: this function's next call on ``group`` reads it first."""
+        self._unread.add(group.identity)
 
     def _may_tune(self, group: Group, calls: int) -> bool:
         """(``self._counting`` held.) Whether call ``calls`` may tune, by what every rank knows alike: the group's
