@@ -345,9 +345,6 @@ def test_a_contextual_rank_interrupted_waiting_for_a_result_stays_in_step_thread
         assert all(c["error"] is None for index in calls if index > at for r in range(n) for c in calls[index][r])
 
 
-@pytest.mark.xfail(strict=True, reason="defect found in the review of ceece99d, not fixed: a rank that comes back "
-                   "past its peers' grace meets their next call, which for contextual_autotune is another call "
-                   "number: every later agreement raises ExchangeError on every rank, the last waits T")
 @pytest.mark.timeout(120)
 def test_a_contextual_rank_interrupted_at_a_calls_last_result_and_back_past_the_grace_stays_in_step(tmp_path):
     """Rank 1 is interrupted inside its wait for the result of the group's first call's last exchange (the peers'

@@ -335,9 +335,10 @@ class ContextualTuner(TunerState):
                 if group_choice(group, tid) is not None or tid not in met:
                     del pending[slot]
             mine = sorted({tid for tid, _ in pending.values()})
+        step = f"{self.options.label} agreement at call {calls}"
         with calling(self.options.name):
-            everyone = group.allgather([list(tid) for tid in mine], f"{self.options.label} agreement at call {calls}",
-                                       timeout=self.options.timeout)
+            group.raise_if_counted_out(step)  # made once: where the peers counted this rank out here, as they did
+            everyone = group.allgather([list(tid) for tid in mine], step, timeout=self.options.timeout)
         if not any(everyone):
             return False
         self.agreed_calls.append(calls)

@@ -141,6 +141,12 @@ class Group:
         whether it will. This base never does (an MPI channel's interrupted wait marks it broken)."""
         return False
 
+    def raise_if_counted_out(self, what: str) -> None:
+        """Before a step made once, at a point every rank reaches alike (``what``: a ``contextual_autotune``
+        agreement at call N, which no caller makes again): where this rank left its last call and its peers, past
+        their grace, counted it out at this very step (they raised ``RankFailedError`` there), raise it here too,
+        writing nothing, so that the ranks' next steps pair (:mod:`.passover`). This base has no such record."""
+
     def has_unread(self) -> bool:
         """Whether :meth:`keep_unread` left a result to read (no store request)."""
         return False
@@ -370,6 +376,8 @@ class Failed:
     settled: str = ""
     #: with ``left``: the rank's process (:func:`.note.this_process`), read gone by a peer on its host
     process: tuple[str, int, int] | None = None
+    #: with ``settled`` ``out``: the step of the peers' exchange that counted the rank out (they raised there)
+    at: str = ""
 
 
 class PassedOver(Exception):

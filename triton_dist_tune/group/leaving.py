@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AutotuneError, BadInputError, GroupTimeoutError
+from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
 from . import passover, store_silence
-from .channel import FailureReport, Group
+from .channel import STEP_QUOTE, FailureReport, Group
+from .store_peek import peek
 from .store_texts import left_message
 
 log = logging.getLogger("triton_dist_tune")
@@ -92,6 +93,33 @@ class LeavingChannel(Group):
             return False
         self._to_read = (awaited, keep)
         return True
+
+    def raise_if_counted_out(self, what: str) -> None:
+        """:meth:`.channel.Group.raise_if_counted_out`: read from this rank's "left" record, which it has not come
+        back to yet (one store request, only where there is one). Before, the rank's step paired with its peers'
+        next one, at another call number: each raised ``ExchangeError`` (ranks at different steps), one step apart
+        for good."""
+        with self._lock:
+            back = self._back
+        if back is None:
+            return
+        try:
+            found = peek(self.store, back[0])
+        except Exception as exc:  # the store is gone: the exchange says so
+            log.debug("triton_dist_tune: could not read this rank's 'left' record %s: %s", back[0], exc)
+            return
+        record = passover.counted_out(found) if found is not None else None
+        if record is None or record.at != what:
+            return
+        with self._lock:
+            if self._back is back:
+                self._back = None
+        try:
+            self.store.delete_key(back[0])  # every rank is past the exchange it lies at
+        except Exception as exc:
+            log.debug("triton_dist_tune: could not delete %s: %s", back[0], exc)
+        raise RankFailedError(f"triton_dist_tune: {record.message} (its peers counted this rank out at "
+                              f"'{what[:STEP_QUOTE]}' after their grace, and raised there: so does this rank)")
 
     def has_unread(self) -> bool:
         return self._to_read is not None

@@ -23,7 +23,10 @@ So the record's key is settled once, by compare-and-sets on it, and every rank t
 ``back``: each peer past the turn passes over the exchange (:class:`.channel.PassedOver`: void on every rank, made
 again at the next number, where the rank's next call is). ``out``: each raises ``RankFailedError`` with the record's
 text, as before. Either way every rank has counted that exchange, so the ranks stay at the same sequence numbers: a
-rank that calls again after the grace finds ``out``, and its exchange is the one the peers' own next call makes. A
+rank that calls again after the grace finds ``out``, and its exchange is the one the peers' own next call makes
+(a caller that calls again pairs with its peers' call again), but for a step made once at a point every rank reaches
+alike (a contextual agreement at call N: :meth:`.channel.Group.raise_if_counted_out`), which the record names
+(``at``): there the rank raises as its peers did, and their next steps pair. A
 record of a group rank other than 0 is read by group rank 0 alone (its gather), which sends what it settled as the
 exchange's result; a record of group rank 0 is the exchange's result, settled by each peer that reads it (the
 compare-and-set makes them agree).
@@ -103,7 +106,7 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> byt
     left = unsettled(payload)
     if left is None:
         return payload
-    store, global_rank, out = group.store, group.global_ranks[rank], _settled(left, OUT)
+    store, global_rank, out = group.store, group.global_ranks[rank], _settled(left, OUT, group._what)
     past = group.turn_began() >= left.held
     deadline = until if past else 0.0
     try:
@@ -132,8 +135,18 @@ def settled_as(payload: bytes) -> str:
     return value.settled if isinstance(value, Failed) and value.left else ""
 
 
-def _settled(left: Failed, how: str) -> bytes:
-    return codec.encode(Message("", dataclasses.replace(left, settled=how)))
+def counted_out(payload: bytes) -> Failed | None:
+    """The "left" record in ``payload`` where a peer settled it ``out`` (its ``at`` names the step), else None."""
+    try:
+        message = codec.decode(payload)
+    except codec.BadMessage:
+        return None
+    value = message.value if isinstance(message, Message) else None
+    return value if isinstance(value, Failed) and value.left and value.settled == OUT else None
+
+
+def _settled(left: Failed, how: str, at: str = "") -> bytes:
+    return codec.encode(Message("", dataclasses.replace(left, settled=how, at=at)))
 
 
 def _ended(store: Any, left: Failed, global_rank: int) -> bool:
