@@ -362,3 +362,24 @@ def test_a_contextual_rank_interrupted_at_a_calls_last_result_and_back_past_the_
     for index in (1, 2, 3):
         errors = [calls[index][r][0]["error"] for r in range(2)]
         assert errors[0] == errors[1] and not {"ExchangeError", "GroupTimeoutError"} & set(errors), calls[index]
+
+
+COUNTED_OUT = HERE / "scenarios" / "counted_out_cases.py"
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_rank_0_back_past_the_grace_leaves_its_record_to_a_slower_peer(tmp_path):
+    """Review of 6a1e7b96, 3 ranks: group rank 0 is interrupted at the summary line of the group's first
+    contextual call (after its last exchange) and calls again 6 s later, past the peers' grace (2 s), sync_every=2.
+    Rank 1 settles rank 0's record out at the agreement at call 2 and raises RankFailedError; rank 2 comes to that
+    agreement 10 s late, after rank 0 came back and raised there too. Every rank raises RankFailedError at call 2,
+    and calls 3 and 4 go on without error. Before: rank 0 deleted its record as it raised, which is that
+    exchange's result: rank 2 waited T (20 s) for it (GroupTimeoutError), and every rank waited T at call 4."""
+    env = {**tuner_env(tmp_path, 20), "PASSOVER_GRACE_S": "2", "LEAVER": "0", "SYNC_EVERY": "2",
+           "PLAN": "c64*4", "PLAN_0": "c64!,z6,c64*3", "PLAN_2": "c64,z10,c64*3"}
+    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(0, 1)]["error"] == "KeyboardInterrupt", calls
+    assert all(calls[(r, 2)]["error"] == "RankFailedError" for r in range(3)), calls
+    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls

@@ -114,10 +114,15 @@ class LeavingChannel(Group):
         with self._lock:
             if self._back is back:
                 self._back = None
-        try:
-            self.store.delete_key(back[0])  # every rank is past the exchange it lies at
-        except Exception as exc:
-            log.debug("triton_dist_tune: could not delete %s: %s", back[0], exc)
+        # group rank 0's record is that exchange's result, which every peer reads: one peer settled it out, but a
+        # slower one may not have read it yet (before, deleted here, that peer waited T for it, and every rank T at
+        # the next agreement); rank 0's own exchange two on deletes it, once every peer wrote a message after it. A
+        # record of another rank is read by group rank 0 alone, which settled it: every rank is past it
+        if self.rank != 0:
+            try:
+                self.store.delete_key(back[0])
+            except Exception as exc:
+                log.debug("triton_dist_tune: could not delete %s: %s", back[0], exc)
         raise RankFailedError(f"triton_dist_tune: {record.message} (its peers counted this rank out at "
                               f"'{what[:STEP_QUOTE]}' after their grace, and raised there: so does this rank)")
 
