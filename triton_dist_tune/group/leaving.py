@@ -23,7 +23,6 @@ from typing import Any
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
 from . import passover, store_silence
 from .channel import STEP_QUOTE, FailureReport, Group
-from .store_peek import peek
 from .store_texts import left_message
 
 log = logging.getLogger("triton_dist_tune")
@@ -96,18 +95,15 @@ class LeavingChannel(Group):
 
     def raise_if_counted_out(self, what: str) -> None:
         """:meth:`.channel.Group.raise_if_counted_out`: read from this rank's "left" record, which it has not come
-        back to yet (one store request, only where there is one). Before, the rank's step paired with its peers'
-        next one, at another call number: each raised ``ExchangeError`` (ranks at different steps), one step apart
-        for good."""
+        back to yet, in the one compare-and-set that settles it ``back`` where no peer settled it yet (as the
+        exchange's start would: so no peer can count it out between this read and that), only where there is one.
+        Before, the rank's step paired with its peers' next one, at another call number: each raised
+        ``ExchangeError`` (ranks at different steps), one step apart for good."""
         with self._lock:
             back = self._back
         if back is None:
             return
-        try:
-            found = peek(self.store, back[0])
-        except Exception as exc:  # the store is gone: the exchange says so
-            log.debug("triton_dist_tune: could not read this rank's 'left' record %s: %s", back[0], exc)
-            return
+        found = passover.come_back(self.store, *back)
         record = passover.counted_out(found) if found is not None else None
         if record is None or record.at != what:
             return

@@ -85,17 +85,20 @@ def unsettled(payload: bytes) -> Failed | None:
     return value if isinstance(value, Failed) and value.left and not value.settled and value.held >= 0 else None
 
 
-def come_back(store: Any, key: str, payload: bytes) -> None:
+def come_back(store: Any, key: str, payload: bytes) -> bytes | None:
     """This rank, which left its call writing ``payload`` under ``key``, makes its next exchange on the group: the
-    record is settled ``back`` unless a peer settled it first. Best effort (a store gone: the exchange says so)."""
+    record is settled ``back`` unless a peer settled it first; returns the record as it is now (None: not read).
+    Best effort (a store gone: the exchange says so)."""
     left = unsettled(payload)
     if left is None:
-        return
+        return None
     try:
         found = bytes(store.compare_set(key, payload, _settled(left, BACK)))
-        log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, settled_as(found))
+        log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, settled_as(found) or "gone")
+        return found
     except Exception as exc:
         log.debug("triton_dist_tune: could not settle this rank's 'left' record %s: %s", key, exc)
+        return None
 
 
 def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> bytes:
