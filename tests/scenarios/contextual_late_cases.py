@@ -29,7 +29,7 @@ def interrupted_then_called():
     it gave, its runs, the (size, BLOCK) of its last launch and how long it took."""
     import triton
     from _cases import contextual_virtual_clock, spend
-    from _kernels import increment
+    from _kernels import block_matched_increment
 
     from triton_dist_tune.contextual import hot
     from triton_dist_tune.contextual import tuner as tuner_module
@@ -44,14 +44,7 @@ def interrupted_then_called():
     caught, at_call, target = os.path.join(folder, "caught"), int(os.environ["AT_CALL"]), os.environ["AT"]
     current, launched = [-1], []
 
-    def cost(block: int):
-        def hook(nargs) -> None:
-            launched.append((int(nargs["n"]), block))
-            spend(1.0 if block == int(nargs["n"]) else 2.0)
-        return hook
-
-    add_one = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=cost(b)) for b in (64, 128)],
-                              key=["n"])(increment)
+    add_one = block_matched_increment(spend, lambda: launched)
 
     @tdt.contextual_autotune(is_dist=True, n_repeat=2, n_warmup=1, max_runs=int(os.environ.get("MAX_RUNS", "50")))
     def runs(x):

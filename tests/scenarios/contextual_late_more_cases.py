@@ -25,7 +25,7 @@ def late():
     their next call), SYNC_EVERY, GROUP (world, tp2), RAISE ("call:rank,..." the function raises there)."""
     import triton
     from _cases import contextual_virtual_clock, spend
-    from _kernels import increment
+    from _kernels import block_matched_increment
 
     from triton_dist_tune.group.resolve import resolve_group
 
@@ -56,14 +56,7 @@ def late():
     current = [-1]
     local = threading.local()
 
-    def cost(block: int):
-        def hook(nargs) -> None:
-            getattr(local, "launched", []).append((int(nargs["n"]), block))
-            spend(1.0 if block == int(nargs["n"]) else 2.0)
-        return hook
-
-    add_one = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=cost(b)) for b in (64, 128)],
-                              key=["n"])(increment)
+    add_one = block_matched_increment(spend, lambda: getattr(local, "launched", []))
 
     @tdt.contextual_autotune(is_dist=pg if pg is not None else True, n_repeat=2, n_warmup=1,
                              sync_every=int(os.environ.get("SYNC_EVERY", "64")))

@@ -26,7 +26,7 @@ def plan():
     end without the final barrier). Each step emits what it gave."""
     import triton
     from _cases import contextual_virtual_clock, spend
-    from _kernels import increment
+    from _kernels import block_matched_increment
 
     from triton_dist_tune.disk import logs
     from triton_dist_tune.group.resolve import resolve_group
@@ -49,13 +49,7 @@ def plan():
 
     logs.rank_log().addHandler(Interrupting())
 
-    def cost(block: int):
-        def hook(nargs) -> None:
-            spend(1.0 if block == int(nargs["n"]) else 2.0)
-        return hook
-
-    add_one = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=cost(b)) for b in (64, 128)],
-                              key=["n"])(increment)
+    add_one = block_matched_increment(spend)
 
     @tdt.contextual_autotune(is_dist=True, n_repeat=2, n_warmup=1, sync_every=int(os.environ.get("SYNC_EVERY", "64")))
     def runs(x):
