@@ -11,6 +11,7 @@ exchange told (:class:`~.state.Exchanged`) decides what is compiled ahead before
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
@@ -44,9 +45,7 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
             raise
         raise type(exc)(f"{exc}; on this rank, run {session.runs - 1} had raised {describe_error(error)}") from error
     except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task: in this exchange (begun), the result unread
-        if not isinstance(exc, Exception) and group.exchanges() != begun and \
-                group.keep_unread(lambda late: applied_late(session, late)):
-            session.tuner.left_unread(group)
+        _keep_unread(session, exc, begun, lambda late: applied_late(session, late))
         raise
     return applied(session, gathered, error)
 
@@ -129,11 +128,18 @@ def ended_alike(session: CallState, error: Exception | None) -> None:
         gathered = group.allgather(raised, f"{session.label} end of run {session.runs - 1} (after max_runs)",
                                    timeout=exchange_timeout(session.timeout))
     except BaseException as exc:  # an interruption in the wait for the call's last result: read at the next call
-        if not isinstance(exc, Exception) and group.exchanges() != begun and \
-                group.keep_unread(lambda late: _ended_late(session, late)):
-            session.tuner.left_unread(group)
+        _keep_unread(session, exc, begun, lambda late: _ended_late(session, late))
         raise
     raise_if_raised(session, [(r, text) for r, text in enumerate(gathered) if text], error)
+
+
+def _keep_unread(session: CallState, exc: BaseException, begun: int, keep: Callable[[Any], None]) -> None:
+    """Where ``exc``, an interruption (not an ``Exception``), ended this rank's wait in the exchange it began after
+    ``begun`` exchanges, its message written: the group keeps the result for ``keep`` to read at this function's
+    next call on it (``Group.keep_unread``, :meth:`~.state.TunerState.left_unread`)."""
+    group = session.group
+    if not isinstance(exc, Exception) and group.exchanges() != begun and group.keep_unread(keep):
+        session.tuner.left_unread(group)
 
 
 def _ended_late(session: CallState, gathered: list[Any]) -> None:

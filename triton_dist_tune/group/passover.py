@@ -77,12 +77,8 @@ def unsettled(payload: bytes) -> Failed | None:
     may be one: every exchange's messages pass here)."""
     if b'"left":true' not in payload:
         return None
-    try:
-        message = codec.decode(payload)
-    except codec.BadMessage:
-        return None
-    value = message.value if isinstance(message, Message) else None
-    return value if isinstance(value, Failed) and value.left and not value.settled and value.held >= 0 else None
+    left = _left_record(payload)
+    return left if left is not None and not left.settled and left.held >= 0 else None
 
 
 def come_back(store: Any, key: str, payload: bytes) -> bytes | None:
@@ -130,22 +126,24 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> byt
 
 def settled_as(payload: bytes) -> str:
     """How the "left" record in ``payload`` was settled (``back``, ``out``; "" where it is not one, or unsettled)."""
-    try:
-        message = codec.decode(payload)
-    except codec.BadMessage:
-        return ""
-    value = message.value if isinstance(message, Message) else None
-    return value.settled if isinstance(value, Failed) and value.left else ""
+    left = _left_record(payload)
+    return left.settled if left is not None else ""
 
 
 def counted_out(payload: bytes) -> Failed | None:
     """The "left" record in ``payload`` where a peer settled it ``out`` (its ``at`` names the step), else None."""
+    left = _left_record(payload)
+    return left if left is not None and left.settled == OUT else None
+
+
+def _left_record(payload: bytes) -> Failed | None:
+    """The "left" record in ``payload``, however settled; None where it holds none."""
     try:
         message = codec.decode(payload)
     except codec.BadMessage:
         return None
     value = message.value if isinstance(message, Message) else None
-    return value if isinstance(value, Failed) and value.left and value.settled == OUT else None
+    return value if isinstance(value, Failed) and value.left else None
 
 
 def _settled(left: Failed, how: str, at: str = "") -> bytes:
