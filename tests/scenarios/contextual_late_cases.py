@@ -42,7 +42,7 @@ def interrupted_then_called():
     folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
     os.makedirs(folder, exist_ok=True)
     caught, at_call, target = os.path.join(folder, "caught"), int(os.environ["AT_CALL"]), os.environ["AT"]
-    current, launched = [-1], []
+    current, launched, began = [-1], [], [0]  # began: the group's exchanges before the current call
 
     add_one = block_matched_increment(spend, lambda: launched)
 
@@ -61,14 +61,16 @@ def interrupted_then_called():
 
         group._gather_and_send = held
     elif me == 1:
-        def interrupt_in_the_wait() -> None:  # once rank 1's message of that exchange is in the store
-            while not (current[0] == at_call and group._what.endswith(target) and group._sent == group.exchanges()):
+        def interrupt_in_the_wait() -> None:  # once rank 1's message of that exchange of that call is in the store
+            while not (current[0] == at_call and group.exchanges() > began[0] and group._what.endswith(target)
+                       and group._sent == group.exchanges()):
                 time.sleep(0.01)
             time.sleep(0.2)
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
         threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
     for i, n in enumerate(int(n) for n in os.environ["PLAN"].split(",")):
+        began[0] = group.exchanges()  # (before current: an earlier call's last exchange may end with AT too)
         current[0] = i
         launched.clear()
         captured = str(i) == os.environ.get("CAPTURE")

@@ -20,7 +20,8 @@ INTERPRETER = threading.Lock()
 
 @case
 def late():
-    """Env: PLAN (calls; "a+b" = two threads at once), AT_CALL, AT (exchange suffix), LEAVERS (global ranks), SIG
+    """Env: PLAN (calls; "a+b" = two threads at once), AT_CALL, AT (exchange suffix; AT_<r>: leaver r's own, where
+    leavers leave at different exchanges), LEAVERS (global ranks), SIG
     (INT, TERM, CANCEL), THREAD (leavers' later calls from a thread of their own), DELAY (s the leavers wait before
     their next call), SYNC_EVERY, GROUP (world, tp2), RAISE ("call:rank,..." the function raises there)."""
     import triton
@@ -51,9 +52,10 @@ def late():
     leavers = [int(r) for r in os.environ["LEAVERS"].split(",")]
     my_leavers = [r for r in leavers if r in members]
     caught = {r: os.path.join(folder, f"caught.{r}") for r in leavers}
-    at_call, target = int(os.environ["AT_CALL"]), os.environ["AT"]
+    at_call = int(os.environ["AT_CALL"])
+    targets = {r: os.environ.get(f"AT_{r}", os.environ["AT"]) for r in leavers}
     raising = {tuple(int(v) for v in item.split(":")) for item in os.environ.get("RAISE", "").split(",") if item}
-    current = [-1]
+    current, began = [-1], [0]  # began: the group's exchanges before the current call
     local = threading.local()
 
     add_one = block_matched_increment(spend, lambda: getattr(local, "launched", []))
@@ -71,16 +73,18 @@ def late():
         gather = group._gather_and_send
 
         def held(seq, obj, fn, what, timeout):  # the result comes once the leavers caught their interruption
-            if current[0] == at_call and what.endswith(target):
-                waited_for([caught[r] for r in my_leavers], 60)
+            awaited = [caught[r] for r in my_leavers if what.endswith(targets[r])]
+            if current[0] == at_call and awaited:
+                waited_for(awaited, 60)
             return gather(seq, obj, fn, what, timeout)
 
         group._gather_and_send = held
     elif me in leavers:
         sig = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "CANCEL": signal.SIGUSR1}[os.environ.get("SIG", "INT")]
 
-        def interrupt_in_the_wait() -> None:  # once this rank's message of that exchange is in the store
-            while not (current[0] == at_call and group._what.endswith(target) and group._sent == group.exchanges()):
+        def interrupt_in_the_wait() -> None:  # once this rank's message of that exchange of that call is in the store
+            while not (current[0] == at_call and group.exchanges() > began[0] and group._what.endswith(targets[me])
+                       and group._sent == group.exchanges()):
                 time.sleep(0.01)
             time.sleep(0.2)
             signal.pthread_kill(threading.main_thread().ident, sig)
@@ -107,6 +111,7 @@ def late():
     threaded = me in leavers and os.environ.get("THREAD")
     delay = float(os.environ.get("DELAY", "0"))
     for i, item in enumerate(os.environ["PLAN"].split(",")):
+        began[0] = group.exchanges()  # (before current: an earlier call's last exchange may end with AT too)
         current[0] = i
         if i == at_call + 1 and me in leavers and delay:
             time.sleep(delay)
