@@ -311,14 +311,17 @@ def _calls_by_index(results) -> dict:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("n", "how"), [
     (2, "thread"), (2, "two threads"),
-    (3, "two leavers"),
+    (3, "two leavers"), (3, "leavers apart"), (3, "leavers apart, 2 last"),
     (3, "two cancelled"), (4, "subgroup"), (2, "raises")])
 def test_a_contextual_rank_interrupted_waiting_for_a_result_stays_in_step_threads_leavers_subgroups(tmp_path, n, how):
     """Review of ceece99d, each with real ranks: rank 1 (``subgroup``: global rank 3, in TP groups {0,1} and {2,3},
     the other group going on alone) is interrupted inside its wait for a run's exchange result. ``thread``: its
     next calls come from a thread of their own, the main thread busy; ``two threads``: from two threads at once, on
     every rank (the interruption at the group's first call's last exchange); ``two leavers``: ranks 1 and 2 both,
-    at the exchange that decides key 128 (SIGINT); ``two cancelled``: both by a cancelled task's CancelledError, at
+    at the exchange that decides key 128 (SIGINT); ``leavers apart``: rank 2 at run 5's exchange, rank 1 at run 6's,
+    which the peers end with RankFailedError (rank 2 left), and ``2 last`` the other way round (before, the rank left
+    at run 6's read that verdict at its next call and raised it there alone, the others' call returning, key 128
+    undecided: a fresh-clone CI's red); ``two cancelled``: both by a cancelled task's CancelledError, at
     the first call's last exchange; ``raises``: the next call, tuning new key 128 on every rank, raises the
     function's own error on rank 1. Every rank of a group runs the same config for each key in each later call,
     and ends each with the same outcome (the same AutotuneError for ``raises``), none waiting for the timeout."""

@@ -136,14 +136,26 @@ class LeavingChannel(Group):
         (seq, what, timeout), keep = to_read
         try:
             value = self._receive(seq, what, timeout, time.monotonic(), again=True)
-        except GroupTimeoutError:
-            raise  # as that exchange's wait would have: the group is gone
+        except GroupTimeoutError as exc:
+            if not isinstance(exc, RankFailedError):
+                raise  # as that exchange's wait would have: the group is gone
+            _ended_there(self, seq, exc)  # another rank left that exchange: every peer raised this there
+            return
         except (AutotuneError, BadInputError) as exc:  # some rank's error ended that exchange, on every rank
-            log.debug("triton_dist_tune: the result of exchange %d of group '%s', read again: %s", seq, self.title,
-                      exc)
+            _ended_there(self, seq, exc)
             return
         except BaseException:  # interrupted again (Ctrl-C in the wait): still to read, at the next call
             with self._lock:
                 self._to_read = to_read
             raise
         keep(value)
+
+
+def _ended_there(group: LeavingChannel, seq: int, exc: Exception) -> None:
+    """The result of exchange ``seq``, read again at this rank's next call, is an error every rank raised there (a
+    rank's error, or another rank that left it and was counted out: :class:`RankFailedError`). This rank's call
+    ended there too, on its interruption: nothing is applied, and its next call is its peers' next call. Before, a
+    :class:`RankFailedError` there was raised again, in this rank's next call alone (the peers' went on)."""
+    log.info("triton_dist_tune: the result of exchange %d of group '%s', which an interruption ended this rank's "
+             "wait for, read at its next call: every rank raised there (%s); nothing to apply", seq, group.title,
+             exc)
