@@ -184,6 +184,7 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
             store()
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
+    begun = group.exchanges()
     try:
         agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written",
                                  timeout=timeout)
@@ -191,7 +192,10 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
         if keep_now is not None:
             keep_now()
     except BaseException as exc:  # an interruption before the decision is kept: read at the next call
-        if keep_later is not None and not isinstance(exc, Exception):
+        # only where it came in that exchange or after it (begun): one before it (in the cache write, or before the
+        # exchange's first step) left the previous exchange's result awaited, which is no decision (before, that
+        # was read as one at the next call: the key decided on this rank alone, the others tuning it again)
+        if keep_later is not None and not isinstance(exc, Exception) and group.exchanges() != begun:
             group.keep_unread(keep_later)
         raise
 
