@@ -138,7 +138,7 @@ def _keep_unread(session: CallState, exc: BaseException, begun: int, keep: Calla
     ``begun`` exchanges, its message written: the group keeps the result for ``keep`` to read at this function's
     next call on it (``Group.keep_unread``, :meth:`~.state.TunerState.left_unread`)."""
     group = session.group
-    if not isinstance(exc, Exception) and group.exchanges() != begun and group.keep_unread(keep):
+    if not isinstance(exc, Exception) and group.keep_unread(keep, begun):
         session.tuner.left_unread(group)
 
 

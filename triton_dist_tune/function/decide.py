@@ -195,8 +195,8 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
         # only where it came in that exchange or after it (begun): one before it (in the cache write, or before the
         # exchange's first step) left the previous exchange's result awaited, which is no decision (before, that
         # was read as one at the next call: the key decided on this rank alone, the others tuning it again)
-        if keep_later is not None and not isinstance(exc, Exception) and group.exchanges() != begun:
-            group.keep_unread(keep_later)
+        if keep_later is not None and not isinstance(exc, Exception):
+            group.keep_unread(keep_later, begun)
         raise
 
 

@@ -134,11 +134,13 @@ class Group:
         for it at an exchange or coming to one, must hear of it there and stay in step with it. This base tells
         nobody (a single process; an MPI channel, whose waits mark it broken when they are interrupted)."""
 
-    def keep_unread(self, keep: Callable[[Any], None]) -> bool:
+    def keep_unread(self, keep: Callable[[Any], None], begun: int) -> bool:
         """Where an interruption ended this rank's part of the last exchange it began after its message was written
         (in the wait for the result, where the rank cannot know whether its peers got it, or once it read it, before
         its caller took it): have :meth:`read_unread` read the result again later and call ``keep`` with it; returns
-        whether it will. This base never does (an MPI channel's interrupted wait marks it broken)."""
+        whether it will. ``begun``: :meth:`exchanges` before the caller's exchange; nothing is kept where no exchange
+        began since (the interruption came before it: the last exchange awaited is an earlier step's). This base
+        never does (an MPI channel's interrupted wait marks it broken)."""
         return False
 
     def raise_if_counted_out(self, what: str) -> None:

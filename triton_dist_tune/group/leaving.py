@@ -85,10 +85,11 @@ class LeavingChannel(Group):
         except Exception as exc:  # the store is gone: the peers' waits say so
             log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
-    def keep_unread(self, keep: Callable[[Any], None]) -> bool:
-        """:meth:`.channel.Group.keep_unread`: kept where this rank wrote its message of the last exchange begun."""
+    def keep_unread(self, keep: Callable[[Any], None], begun: int) -> bool:
+        """:meth:`.channel.Group.keep_unread`: kept where this rank wrote its message of the last exchange begun, and
+        that one began after ``begun`` exchanges."""
         awaited = self._awaited
-        if awaited is None or awaited[0] != self._seq:  # (defensive: the exchange awaited is reset as one begins)
+        if awaited is None or awaited[0] != self._seq or self._seq <= begun:  # (the awaited is reset as one begins)
             return False
         self._to_read = (awaited, keep)
         return True
