@@ -393,16 +393,18 @@ def test_a_contextual_rank_0_back_past_the_grace_leaves_its_record_to_a_slower_p
 
 
 @pytest.mark.timeout(150)
-def test_two_ranks_leaving_a_tuning_at_different_exchanges_end_the_next_calls_alike(tmp_path):
+@pytest.mark.parametrize(("r2_at", "delay"), [("", "4"), ("round 1", "4"), ("round 1", "0")])
+def test_two_ranks_leaving_a_tuning_at_different_exchanges_end_the_next_calls_alike(tmp_path, r2_at, delay):
     """3 ranks tune key 8 (``autotune``): rank 2 is interrupted just before its message of the tuning's last exchange
     ("decision written") and calls again past the peers' grace; rank 1 inside its wait for that exchange's result,
     which is the RankFailedError every rank raises there (rank 2 counted out), and calls again at once. Every rank's
     "8 again" and key 16 then return the same values. Before: rank 1 raised that RankFailedError again at its "8
     again" alone (group/leaving.py), and rank 2 read the result of the exchange before the one it left (a sample's)
     as key 8's decision, served it alone, and called key 16 against its peers' key 8: MismatchError, then the
-    peers waited T (function/decide.py)."""
+    peers waited T (function/decide.py). ``r2_at``: rank 2 is interrupted inside its wait for the last sample's
+    result instead (its "left" record at the decision's exchange), and calls again past the grace or at once."""
     results = run_ranks(HERE / "scenarios" / "two_leavers_cases.py", 3, ["tune_leavers_apart"], timeout=130,
-                        env={**tuner_env(tmp_path, 30), **LATE, "DELAY": "4"})
+                        env={**tuner_env(tmp_path, 30), **LATE, "DELAY": delay, "R2_AT": r2_at})
     said = said_by(results)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert [said[(r, 8)]["error"] for r in range(3)] == ["RankFailedError", "KeyboardInterrupt", "KeyboardInterrupt"], \

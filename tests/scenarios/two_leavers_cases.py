@@ -26,7 +26,9 @@ def tune_leavers_apart():
     later (past the peers' grace); rank 1 is interrupted inside its wait for that exchange's result, its message
     written, and calls again at once. Rank 0 gives that result only once rank 1 caught its interruption (its cache
     write waits): rank 2 counted out there, the result is the ``RankFailedError`` every rank raises. Then every rank
-    calls key 8 again and key 16. Each rank emits what each call gave, and how long it took."""
+    calls key 8 again and key 16. ``R2_AT``: rank 2 is interrupted inside its wait for the result of the exchange
+    whose step ends so instead (rank 0 gives it once rank 2 caught it). Each rank emits what each call gave, and how
+    long it took."""
     from triton_dist_tune.group.resolve import resolve_group
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -38,23 +40,33 @@ def tune_leavers_apart():
     def late(x, *, c):
         return x * c
 
+    r2_at = os.environ.get("R2_AT", "")  # rank 2 is interrupted inside its wait for this exchange's result instead
     if me == 0:
-        write = late.tuner.cache.store
+        write, gather = late.tuner.cache.store, group._gather_and_send
 
         def slow_write(*args, **kwargs):  # the result comes once rank 1 caught its interruption
             waited_for([caught], 60)
             return write(*args, **kwargs)
 
         late.tuner.cache.store = slow_write
-    elif me == 1:
-        def interrupt_in_the_wait() -> None:  # once rank 1's message of the decision's exchange is in the store
-            while not ("decision written" in group._what and group._sent == group.exchanges()):
+
+        def held(seq, obj, fn, what, timeout):  # R2_AT's result comes once rank 2 caught its interruption
+            if r2_at and what.endswith(r2_at):
+                waited_for([caught + ".2"], 60)
+            return gather(seq, obj, fn, what, timeout)
+
+        group._gather_and_send = held
+    if me in (1, 2) and (me == 1 or r2_at):
+        target = "decision written" if me == 1 else r2_at
+
+        def interrupt_in_the_wait() -> None:  # once this rank's message of that exchange is in the store
+            while not (group._what.endswith(target) and group._sent == group.exchanges()):
                 time.sleep(0.01)
             time.sleep(0.2)
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
         threading.Thread(target=interrupt_in_the_wait, daemon=True).start()
-    else:
+    elif me == 2:
         broadcast = group.broadcast
 
         def interrupted_before(obj, what, **kwargs):  # an interruption between the race's end and this exchange
