@@ -889,3 +889,38 @@ def test_a_gradient_a_kernel_writes_without_a_version_bump_is_put_back_before_ev
     w.grad = torch.zeros(4)
     assert step(w) == 1.0 and w.grad.tolist() == [1.0] * 4
     assert len(seen) > 4 and set(seen) == {0.0}, seen
+
+
+def test_the_autograd_history_warning_gives_advice_that_keeps_the_tuned_choice(tmp_path, monkeypatch, caplog):
+    """A non-leaf argument that requires grad, changed in place while a key is tuned, keeps every run's autograd
+    history, and the warning says what to do. It said "decide its key ahead and pass autotune=False where history
+    counts": but ``autotune=False`` runs the first config ``prune_fn`` keeps, not the decision (here config 0, while
+    the decision is config 1), so following it dropped the tuned choice. A decided key's call needs no keyword: it
+    runs the function once, with the decision, which is what the warning says now."""
+    import logging
+    import time
+
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    runs: list[int] = []
+
+    @tdt.autotune([{"c": 0}, {"c": 1}], key_fn=lambda h: h.numel(), n_warmup=1, n_repeat=3)
+    def bump(h, *, c):
+        runs.append(c)
+        time.sleep(0.02 if c == 0 else 0.002)  # config 1 is 10x faster: the decision
+        h.add_(1.0)
+        return c
+
+    w = torch.ones(4, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        bump(w * 2)
+    assert bump.tuner.decided == {4: {"c": 1}}, bump.tuner.decided
+    assert "not its autograd history" in caplog.text, caplog.text
+    assert "decide its key ahead and pass autotune=False" not in caplog.text, caplog.text  # the old advice
+    assert "a decided key's call runs the function once, with the decision" in caplog.text, caplog.text
+    runs.clear()
+    assert bump(w * 2) == 1 and runs == [1]  # decided: one run, the decision; its history holds one change
+    assert bump(w * 2, autotune=False) == 0  # what the old advice ran: the first config, not the decision

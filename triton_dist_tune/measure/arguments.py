@@ -246,9 +246,10 @@ class ArgumentState:
     def _report(self, name: str) -> None:
         self.changed.append(name)
         tensor = self.watched[name][0]
-        history = (" Its values are restored, not its autograd history, which holds every run's change: tune such "
-                   "a call under torch.no_grad(), or decide its key ahead and pass autotune=False where history "
-                   "counts" if getattr(tensor, "requires_grad", False) and not tensor.is_leaf else "")
+        history = (" Its values are restored, not its autograd history, which holds every run's change: tune its "
+                   "key in a call under torch.no_grad() first (a decided key's call runs the function once, with "
+                   "the decision), or pass autotune=False (the first config prune_fn keeps, not the decision)"
+                   if getattr(tensor, "requires_grad", False) and not tensor.is_leaf else "")
         log.warning(
                 "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
                 "it before every tuning run and before the final call, so that the call's result is that of "
