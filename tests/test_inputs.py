@@ -924,3 +924,36 @@ def test_the_autograd_history_warning_gives_advice_that_keeps_the_tuned_choice(t
     runs.clear()
     assert bump(w * 2) == 1 and runs == [1]  # decided: one run, the decision; its history holds one change
     assert bump(w * 2, autotune=False) == 0  # what the old advice ran: the first config, not the decision
+
+
+@pytest.mark.parametrize("n_warmup,write", [(0, "add"), (1, "copy")])
+def test_a_non_leaf_that_requires_grad_changed_in_place_is_always_said(tmp_path, monkeypatch, caplog, n_warmup, write):
+    """A non-leaf argument that requires grad (an activation ``h = w * 2``), changed in place by the tuned function,
+    keeps every tuning run's write in its autograd history, and the documentation says the warning says so. It did
+    only where a warm-up run found a NaN left in it: with ``n_warmup=0`` (no warm-up run ever checks it) and for a
+    function writing it whole (``h.copy_(...)``), the tuner took it for an output written whole and said nothing,
+    while ``h.add_(y)`` with ``n_warmup=0`` left ``y``'s gradient 28 times one call's. Now it is reported at once."""
+    import logging
+
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    @tdt.autotune([{"c": 0}, {"c": 1}], key_fn=lambda h, y: h.numel(), n_warmup=n_warmup, n_repeat=3,
+                  name=f"history_{n_warmup}_{write}")
+    def step(h, y, *, c):
+        if write == "add":
+            h.add_(y)
+        else:
+            h.copy_(y * 3)
+        return h
+
+    w, v = torch.ones(4, requires_grad=True), torch.ones(4, requires_grad=True)
+    h = w * 2
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        out = step(h, v * 1)
+    assert out.tolist() == [3.0] * 4  # values: one call's (2 + 1, or 1 * 3)
+    assert "changed its argument 'h' in place" in caplog.text, caplog.text
+    assert "not its autograd history, which holds every run's change" in caplog.text, caplog.text

@@ -411,11 +411,12 @@ def fill_raised_before(journaled: list[dict[str, Any]]) -> bool:
 
 
 def _fillable(tensor: Any) -> bool:
-    """Whether a changed argument can be checked for being written whole: a tensor of a float type NaN fills and
-    ``isnan`` reads (float8 types and integers are restored before every run instead), with elements."""
+    """Whether a changed argument can be checked for being written whole (else restored before every run): a float
+    tensor (not float8) with elements, not a non-leaf requiring grad (its history keeps each run's write: said now)."""
     import torch
 
-    return tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) and tensor.numel() > 0
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    return tensor.dtype in floats and tensor.numel() > 0 and (tensor.is_leaf or not tensor.requires_grad)
 
 
 def _comparable(tensor: Any) -> bool:
@@ -441,7 +442,6 @@ def _same(tensor: Any, copy: Any) -> bool:
 
     if tensor.shape != copy.shape:
         return False
-
     if torch.equal(tensor, copy):
         return True
     if tensor.is_floating_point() or tensor.is_complex():
