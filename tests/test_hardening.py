@@ -229,6 +229,24 @@ def test_triton_interpret_is_read_as_triton_reads_it(monkeypatch):
         assert getenv_bool("TRITON_INTERPRET", False) is on, text
 
 
+def test_triton_print_autotuning_is_read_as_triton_reads_it(monkeypatch):
+    """``TRITON_PRINT_AUTOTUNING`` is Triton's switch too (``triton.knobs.autotuning.print``, which stock autotuned
+    kernels read): the tuner prints its summaries where Triton prints its own. Before, the settings read it as a
+    switch of the tuner's own (any text but empty, 0, false, no and off): ``TRITON_PRINT_AUTOTUNING=2`` printed the
+    tuner's tables while Triton printed nothing, and ``=1`` with spaces around it alike."""
+    import triton
+
+    from triton_dist_tune import settings
+
+    for text, on in (("1", True), ("TRUE", True), ("On", True), ("yes", True), ("Y", True), ("2", False),
+                     (" 1", False), ("enabled", False), ("0", False), ("off", False), ("", False)):
+        assert settings.Settings.from_env({"TRITON_PRINT_AUTOTUNING": text}).print_autotuning is on, text
+        knobs = getattr(triton, "knobs", None)  # Triton 3.4 and newer: Triton's own reading of the variable
+        if knobs is not None and hasattr(knobs, "autotuning"):
+            monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", text)
+            assert bool(knobs.autotuning.print) is on, text
+
+
 def test_the_default_cache_folder_follows_home_as_it_is_now(monkeypatch, tmp_path):
     """The default cache folder is under ``HOME`` as the environment names it at the call, not at the package's
     import (before, a process that set ``HOME`` after importing it, or a rank forked from one that imported it

@@ -189,7 +189,7 @@ class Settings:
     #: (``..._COMPILE_NEXT_KEY``, default 1; 0: not; see :mod:`~triton_dist_tune.function.next_key`)
     compile_next_key: bool = True
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
-    #: (``TRITON_PRINT_AUTOTUNING=1``)
+    #: (``TRITON_PRINT_AUTOTUNING=1``, on as Triton reads it: :func:`~triton_dist_tune.errors.triton_flag`)
     print_autotuning: bool = False
     #: what every tuned function does with a key not decided yet (``..._UNDECIDED``: tune, nearest or first);
     #: None: each decorator's ``undecided`` (default tune)
@@ -235,7 +235,7 @@ class Settings:
             compile_processes=_processes(env),
             compile_start=parsed(lambda: _choice(env, PREFIX + "COMPILE_START", ("fork", "spawn")), cls.compile_start),
             compile_next_key=flag(env.get(PREFIX + "COMPILE_NEXT_KEY", "1")),
-            print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
+            print_autotuning=triton_flag(env.get("TRITON_PRINT_AUTOTUNING")),  # Triton's switch, read as Triton does
             undecided=parsed(lambda: _choice(env, PREFIX + "UNDECIDED", UNDECIDED_POLICIES), cls.undecided),
             search=parsed(lambda: _choice(env, PREFIX + "SEARCH", SEARCH_MODES), cls.search),
         )
