@@ -224,3 +224,37 @@ def test_a_kernels_own_benchmarking_left_unused_in_context_is_said_in_the_rank_l
         assert len(said) == 2, text[-3000:]
         assert any("its own do_bench=" in line for line in said), said
         assert any("its own warmup=, rep=" in line for line in said), said
+
+
+def test_a_prune_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_path, monkeypatch):
+    """Triton-distributed calls ``prune_fn`` in the caller's stack: its error reaches the caller with its traceback
+    (``prune_fn_by_shared_memory`` and the line inside it). Here the group agrees on it and every rank raises one
+    ``BadInputError``, whose ``__cause__`` was None: only the text ``prune_fn raised IndexError: ...`` was left, no
+    frame of the user's code. Now the rank whose ``prune_fn`` raised chains that exception, as a tuning whose every
+    config failed chains the last one; the KeyError that the entry-shape hint explains is chained too."""
+    import traceback
+
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    def prune_fn_by_shared_memory(config, a):
+        return config["gemm_config"][2] * a.element_size() < 48 * 1024  # a tuple of 2: IndexError
+
+    def prune_reading_the_field(config, a):
+        return config["BLOCK_SIZE_M"] * a.element_size() < 48 * 1024
+
+    for prune, cause in ((prune_fn_by_shared_memory, IndexError), (prune_reading_the_field, KeyError)):
+        @tdt.autotune([{"gemm_config": (64, 32)}, {"gemm_config": (128, 32)}], key_fn=lambda a: a.numel(),
+                      prune_fn=prune, name=f"chained_{prune.__name__}")
+        def gemm(a, *, gemm_config):
+            return a
+
+        with pytest.raises(tdt.BadInputError) as raised:
+            gemm(torch.ones(4))
+        assert "prune_fn raised" in str(raised.value), raised.value
+        assert isinstance(raised.value.__cause__, cause), repr(raised.value.__cause__)
+        frames = [f.name for f in traceback.extract_tb(raised.value.__cause__.__traceback__)]
+        assert prune.__name__ in frames, frames

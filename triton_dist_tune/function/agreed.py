@@ -155,13 +155,14 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
     replica: a replica's error, raised by ``prune_fn`` or for a pruning that keeps nothing, reaches every rank of
     every replica in the same exchange, :func:`across_replicas`)."""
     mine: list[bool] | str
+    own: BaseException | None = None  # what prune_fn raised on this rank: the agreed error's cause, with its frames
     try:
         with user_code("prune_fn"):  # no deadline of its own: a campaign unit stuck there stops beating
             mine = [keeps(tuner.prune_fn, c, args, kwargs) for c in tuner.space]
     except BadInputError as exc:  # prune_fn's answer or error, said by keeps (``prune_fn ...``)
-        mine = str(exc)
+        mine, own = str(exc), exc.__cause__
     except Exception as exc:
-        mine = f"prune_fn raised {describe_error(exc)}"
+        mine, own = f"prune_fn raised {describe_error(exc)}", exc
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)
     for r, m in enumerate(everyone):  # what the store held for a rank: the tuner's own shape, or a clear error
         if not isinstance(m, str) and not (isinstance(m, list) and len(m) == len(tuner.space)
@@ -181,7 +182,7 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
         return across_replicas(layout, tuner.name, failed, f"{label} prune (across replicas)", timeout, kept,
                                kept_by_all)
     if failed is not None:
-        raise failed
+        raise failed from own
     return kept
 
 
