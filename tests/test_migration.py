@@ -258,3 +258,32 @@ def test_a_prune_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_
         assert isinstance(raised.value.__cause__, cause), repr(raised.value.__cause__)
         frames = [f.name for f in traceback.extract_tb(raised.value.__cause__.__traceback__)]
         assert prune.__name__ in frames, frames
+
+
+@pytest.mark.parametrize("undecided", ["tune", "first"])
+def test_a_key_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_path, monkeypatch, undecided):
+    """As for ``prune_fn``: Triton-distributed calls ``key_fn`` in the caller's stack, so its error comes with the
+    traceback of ``key_fn`` and what it calls. Here every rank raises the agreed ``BadInputError`` (``key_fn failed:
+    IndexError: ...``), whose ``__cause__`` was None: no frame of the user's code. Now the rank whose ``key_fn``
+    raised chains the exception, tuned or served by an ``undecided`` policy."""
+    import traceback
+
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    def rows_of(a):
+        return a.shape[2]  # a 1-d tensor: IndexError
+
+    @tdt.autotune([{"c": 1}, {"c": 2}], key_fn=lambda a: (rows_of(a), a.dtype), undecided=undecided,
+                  name=f"key_chained_{undecided}")
+    def f(a, *, c):
+        return a
+
+    with pytest.raises(tdt.BadInputError) as raised:
+        f(torch.ones(4))
+    assert "key_fn failed: IndexError" in str(raised.value), raised.value
+    assert isinstance(raised.value.__cause__, IndexError), repr(raised.value.__cause__)
+    assert "rows_of" in [frame.name for frame in traceback.extract_tb(raised.value.__cause__.__traceback__)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Hashable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from .. import settings
@@ -94,14 +94,15 @@ class Tuner(TunedFunction):
         layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
         if layout is not None and self.options.sharded:
             raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
+        key_exc: Exception | None = None  # what key_fn raised: the cause of the agreed error, with its frames
         try:  # without a mistyped tuner keyword, which key_fn would reject before the mistake could be named
             key = self.key_fn(*args, **({k: v for k, v in kwargs.items() if k not in typos} if typos else kwargs))
             key_error = None
         except Exception as exc:
             # a tuned parameter the call passed (by position, or by keyword unless allowed) is the likely cause of a
             # key_fn written for the call without it: named as such, not as key_fn's TypeError
-            key, key_error = None, (self._call_problem(args, None if overwrite else kwargs)
-                                    or f"key_fn failed: {describe_error(exc)}")
+            key, key_error, key_exc = None, (self._call_problem(args, None if overwrite else kwargs)
+                                             or f"key_fn failed: {describe_error(exc)}"), exc
         if key_error is None:
             try:
                 hash(key)
@@ -112,6 +113,7 @@ class Tuner(TunedFunction):
         table, slot = self._place(key, pg, group, layout)
         config = table.get(slot) if key_error is None else None
         with ExitStack() as turn:
+            turn.enter_context(_caused_by(key_exc))  # (left last: after the group's turn)
             # serving or tuning: threads of this process take turns on the group, so that their exchanges never
             # interleave (a decided key takes none); with replicas, on the replicas' group too, which the tuning
             # exchanges on: that one first, as a campaign takes its rounds' group first (one lock order)
@@ -283,6 +285,18 @@ class Tuner(TunedFunction):
                               "configs every rank keeps)", RuntimeWarning, caller_level())
                 return config
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
+
+
+@contextmanager
+def _caused_by(cause: Exception | None) -> Iterator[None]:
+    """A :class:`BadInputError` raised inside (every rank's agreed error) chained to ``cause``, what this rank's
+    ``key_fn`` raised, where it has no cause of its own: the user's frames, as Triton-distributed's stack gives them."""
+    try:
+        yield
+    except BadInputError as err:
+        if cause is not None and err.__cause__ is None:
+            err.__cause__ = cause
+        raise
 
 
 def _in_a_job() -> bool:
