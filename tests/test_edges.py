@@ -326,6 +326,34 @@ def test_triton_autotunes_option_names_say_what_to_write_instead():
     with pytest.raises(tdt.BadInputError, match="autotune needs a config_space"):
         tdt.autotune(key_fn=lambda x: 0)
 
+def test_options_that_belong_to_the_call_or_the_other_decorator_say_where_they_go():
+    """Triton-distributed's group and verbosity are keywords of each call (``ag_gemm(a, b, autotune_pg=tp)``), and
+    ``contextual_autotune`` takes its group as ``is_dist``: given to the wrong place when porting, each was refused
+    as an unknown option with no word of where it goes, and so was ``triton.autotune``'s ``cache_results=``. Each
+    now says where it goes."""
+    import triton_dist_tune as tdt
+    from triton_dist_tune import contextual_autotune
+
+    def fn(x, *, c=0):
+        return x
+
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"c": 1}], key_fn=lambda x: 0, autotune_pg=None, autotune_verbose=True)(fn)
+    text = str(caught.value)
+    for name in ("autotune_pg", "autotune_verbose"):
+        assert f"'{name}' (a keyword of each call, not of the decorator: f(..., {name}=...))" in text, text
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"c": 1}], key_fn=lambda x: 0, is_dist=True, cache_results=True)(fn)
+    text = str(caught.value)
+    assert "'is_dist' (contextual_autotune's; here: each call's autotune_pg=" in text, text
+    assert "'cache_results' (triton.autotune's; here: none: decisions are cached on disk by default" in text, text
+    with pytest.raises(tdt.BadInputError) as caught:
+        contextual_autotune(autotune_pg=None, cache_results=False)
+    text = str(caught.value)
+    assert "'autotune_pg' (autotune's call keyword; here: is_dist=" in text, text
+    assert "'cache_results' (triton.autotune's; here: none" in text, text
+
+
 def test_campaign_and_nearest_tell_apart_configs_that_compare_equal(tmp_path, monkeypatch):
     """Defect 10: the campaign and the ``nearest`` policy found a config with ``space.index(config)``, which takes
     ``{"s": 1.0}`` for ``{"s": 1}`` (they compare equal): the campaign reported config 0, and ``nearest`` served

@@ -167,7 +167,19 @@ TRITON_NAMES = {
     "rep": "n_repeat, the most rounds of the race (not milliseconds)",
     "do_bench": "none: the tuner times the calls itself (autotune's timing=)",
     "use_cuda_graph": "none: the tuner replays CUDA graphs by itself where capture works",
+    "cache_results": "none: decisions are cached on disk by default (TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)",
 }
+
+#: names a decorator is given that belong elsewhere in this package and Triton-distributed, with where: the calls'
+#: keywords of ``autotune`` (``AutoTuner.__call__``'s) and the group of each decorator, given to the wrong one
+AUTOTUNE_ELSEWHERE = {
+    **{name: f"a keyword of each call, not of the decorator: f(..., {name}=...)" for name in
+       ("autotune", "autotune_pg", "autotune_verbose", "autotune_allow_arg_overwrite", "autotune_replicas")},
+    "is_dist": "contextual_autotune's; here: each call's autotune_pg= (default: the default group when "
+               "torch.distributed is initialized)",
+}
+CONTEXTUAL_ELSEWHERE = {"autotune_pg": "autotune's call keyword; here: is_dist=, the torch.distributed group or "
+                                       "mpi4py communicator to tune with (default: the default group)"}
 
 #: :data:`TRITON_NAMES` for ``contextual_autotune``, which reads the kernels' own configs, key and pruning
 CONTEXTUAL_TRITON_NAMES = {**TRITON_NAMES, **dict.fromkeys(
@@ -176,16 +188,21 @@ CONTEXTUAL_TRITON_NAMES = {**TRITON_NAMES, **dict.fromkeys(
 
 
 def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str,
-                       triton_names: dict[str, str] = TRITON_NAMES) -> None:
+                       triton_names: dict[str, str] = TRITON_NAMES,
+                       elsewhere: dict[str, str] = AUTOTUNE_ELSEWHERE) -> None:
     """A decorator's keyword arguments that it does not have: refused, with the nearest option's name, or for a
     name of ``triton.autotune``'s what to write instead (``triton_names``: :data:`TRITON_NAMES`, or
-    :data:`CONTEXTUAL_TRITON_NAMES`)."""
+    :data:`CONTEXTUAL_TRITON_NAMES`), or for one that belongs elsewhere, where (``elsewhere``:
+    :data:`AUTOTUNE_ELSEWHERE`, or :data:`CONTEXTUAL_ELSEWHERE`)."""
     if not unknown:
         return
     parts = []
     for name in sorted(unknown):
         if name in triton_names:
             parts.append(f"{name!r} (triton.autotune's; here: {triton_names[name]})")
+            continue
+        if name in elsewhere:
+            parts.append(f"{name!r} ({elsewhere[name]})")
             continue
         near = difflib.get_close_matches(name, list(known), n=1)
         parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))

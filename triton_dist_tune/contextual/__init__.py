@@ -128,7 +128,8 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
     :class:`~triton_dist_tune.errors.BadInputError` when decorating, and so is an option the decorator does not
     have (naming the nearest one).
     """
-    checks.no_unknown_options(unknown, _OPTIONS, "contextual_autotune", checks.CONTEXTUAL_TRITON_NAMES)
+    checks.no_unknown_options(unknown, _OPTIONS, "contextual_autotune", checks.CONTEXTUAL_TRITON_NAMES,
+                              checks.CONTEXTUAL_ELSEWHERE)
     if callable(is_dist) and not _is_group(is_dist):
         return contextual_autotune()(is_dist)
 
