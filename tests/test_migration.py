@@ -184,6 +184,20 @@ def test_both_decorated_functions_keep_the_undecorated_one_as_fn():
     assert proc.returncode == 0 and proc.stdout.split() == ["True", "True", "f", "g"], proc.stderr[-3000:]
 
 
+def test_autotunes_function_has_best_configs_as_triton_distributeds_tuner_has(tmp_path):
+    """Triton-distributed's ``AutoTuner.best_configs`` maps each key to its config dict; here the decorated function
+    had none (a bare AttributeError). It is ``.tuner.decided`` itself, so it holds each key decided on the default
+    group as it is decided. One process, a fresh HOME."""
+    code = ("import torch, triton_dist_tune as tdt\n"
+            "def g(x, *, c):\n    return x * c\n"
+            "a = tdt.autotune([{'c': 1}, {'c': 2}], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)(g)\n"
+            "before = dict(a.best_configs)\n"
+            "a(torch.ones(4))\n"
+            "print(before, a.best_configs is a.tuner.decided, sorted(a.best_configs), sorted(a.best_configs[4]))")
+    proc = run_python(["-c", code], base_env({"HOME": str(tmp_path)}), timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["{}", "True", "[4]", "['c']"], proc.stderr[-3000:]
+
+
 @pytest.mark.triton_dependent
 def test_a_config_space_written_for_another_tuner_is_told_what_to_write():
     """Ported from TileLang (``configs=get_configs``, a function), from a generator, or from ``triton.autotune``

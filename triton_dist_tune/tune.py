@@ -164,6 +164,7 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     watch_decided_calls(tuned.__code__)  # a stock kernel choosing a config in a decided call is said (its ``tuner``)
     tuned.tuner = tuner  # type: ignore[attr-defined]
     tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's tuner has it
+    tuned.best_configs = tuner.decided  # type: ignore[attr-defined]  # (the same dict) as its AutoTuner's
     return tuned
 
 
