@@ -35,6 +35,7 @@ Usage: ``python benchmarks/chaos.py --jobs 60 [--seed S] [--timeout T] [--out FI
 runs 3 jobs;
 ``--job-seed S`` runs the one job of that seed again (each job's line prints its seed). One line per job, then a
 summary; ``--out`` writes every job as JSON. The job folders are kept for violations (``--keep``: all).
+``--faults interrupt``: ranks interrupted and calling on (``benchmarks/_chaos_interrupt.py``, its docstring).
 """
 
 from __future__ import annotations
@@ -409,6 +410,8 @@ def line(i: int, job: Job) -> str:
 
 
 def main() -> int:
+    if any(a.startswith("--faults") for a in sys.argv[1:]):  # (its own driver: benchmarks/_chaos_interrupt.py)
+        os.execv(sys.executable, [sys.executable, str(HERE / "_chaos_interrupt.py"), *sys.argv[1:]])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=60)
     parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: a random one, printed)")
@@ -425,20 +428,18 @@ def main() -> int:
     seeds = args.job_seed or [rng.randrange(1 << 31) for _ in range(3 if args.smoke else args.jobs)]
     base = Path(tempfile.mkdtemp(prefix="chaos-run-"))
     print(f"chaos run: seed {seed}, {len(seeds)} jobs, {args.launcher}, T = {args.timeout:g} s, "
-          f"load {os.getloadavg()}, "
-          f"folders in {base}", flush=True)
+          f"load {os.getloadavg()}, folders in {base}", flush=True)
     jobs = []
     for i, s in enumerate(seeds):
         jobs.append(run_job(s, args.timeout, args.keep, base, args.launcher))
         print(line(i, jobs[-1]), flush=True)
     bad = [j for j in jobs if j.violations]
-    print(f"summary: {len(jobs)} jobs, {len(bad)} with violations, "
-          f"{sum(j.plan['fault']['kind'] == 'none' for j in jobs)} controls, "
+    controls = sum(j.plan["fault"]["kind"] == "none" for j in jobs)
+    print(f"summary: {len(jobs)} jobs, {len(bad)} with violations, {controls} controls, "
           f"{sum(j.fault_at is not None for j in jobs)} faults fired; load {os.getloadavg()}")
     for j in bad:
         print(f"  rerun: python benchmarks/chaos.py --job-seed {j.seed} --timeout {args.timeout:g} "
-              f"--launcher {args.launcher}  "
-              f"({j.folder}): {' | '.join(j.violations)[:400]}")
+              f"--launcher {args.launcher}  ({j.folder}): {' | '.join(j.violations)[:400]}")
     if args.out:
         args.out.write_text(json.dumps({"seed": seed, "launcher": args.launcher, "timeout": args.timeout,
                                         "jobs": [asdict(j) for j in jobs]}, indent=1))
