@@ -168,8 +168,7 @@ class StoreGroup(LeavingChannel):
         until = time.monotonic() + passover.grace(timeout)  # (one grace for all the records the exchange reads)
         payloads = [passover.settle(self, keys[r - 1], bytes(payloads[r - 1]), r, until) for r in range(1, self.size)]
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
-        self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
-        self._sent = seq
+        _write_part(self, seq, "all", lambda: payload, what, started, timeout)
         # the result two exchanges back: every rank has read it, as it wrote its message of the last exchange after
         # reading it. Not the last one: a message an outsider pre-wrote for a rank lets rank 0 through an exchange
         # that rank has not reached, and that rank must still find the last result to reach the forged key and
@@ -180,8 +179,7 @@ class StoreGroup(LeavingChannel):
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         started = time.monotonic()
-        self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
-        self._sent, self._awaited = seq, (seq, what, timeout)
+        _write_part(self, seq, self.rank, lambda: pack(obj, self.rank, what), what, started, timeout)
         return self._receive(seq, what, timeout, started)
 
     def _receive(self, seq: int, what: str, timeout: float, started: float, again: bool = False) -> Any:
@@ -363,6 +361,45 @@ def _undone_on_a_note(group: StoreGroup, seq: int, mine: str | None) -> Iterator
             if group._seq == seq:
                 group._seq = seq - 1
         raise
+
+
+def _write_part(group: StoreGroup, seq: int, slot: int | str, payload_of: Callable[[], bytes], what: str,
+                started: float, timeout: float) -> None:
+    """Write this rank's part of exchange ``seq`` (its message; rank 0: the result) and count it written (a rank
+    other than 0 then awaits the result). An interruption raised as the write returns (a signal that came during the
+    store's request: Python runs its handler then) finds the part in the store, where a peer may have read it
+    already: counted written too, as where the interruption comes right after. Before, the rank's "left" record
+    (:meth:`~.leaving.LeavingChannel.leave`) went over it, unseen by a peer that had read it: the rank's call again
+    began one exchange behind its peers', and each later call raised ``ExchangeError`` or ``MismatchError``."""
+    payload: list[bytes] = []
+
+    def write() -> None:
+        payload.append(payload_of())
+        group._write_new(seq, slot, payload[0], what)
+
+    try:
+        group._request(write, what, started)
+    except BaseException as exc:
+        if isinstance(exc, Exception) or not payload or not _holds(group, group._key(seq, slot), payload[0]):
+            raise
+        _counted(group, seq, what, timeout)
+        raise
+    _counted(group, seq, what, timeout)
+
+
+def _counted(group: StoreGroup, seq: int, what: str, timeout: float) -> None:
+    if group.rank == 0:
+        group._sent = seq
+    else:
+        group._sent, group._awaited = seq, (seq, what, timeout)
+
+
+def _holds(group: StoreGroup, key: str, payload: bytes) -> bool:
+    """Whether the store holds ``payload`` under ``key`` (False where it cannot be read)."""
+    try:
+        return bool(group.store.check([key])) and bytes(group.store.get(key)) == bytes(payload)
+    except Exception:
+        return False
 
 
 def _tidy(group: StoreGroup, key: str) -> None:
