@@ -30,8 +30,11 @@ Checked per job:
   are the same on every rank;
 - a control's calls all return.
 
-An interruption raised inside ``key_fn`` is a documented gap (docs: "Not covered"): noted, its job's findings
-noted, not counted. One line per job, then a summary; the job folders are kept for violations (``--keep``: all).
+Documented gaps, whose jobs' findings are noted, not counted: an interruption raised inside ``key_fn`` (docs: "Not
+covered"), and a leaver back past the grace that its peers counted out at a call after the interrupted one (its
+"left" record lay at their next turn: its next call pairs with their call after that, ``group/passover.py``: "a
+caller that calls again pairs with its peers' call again"; this program goes on instead of calling again). One
+line per job, then a summary; the job folders are kept for violations (``--keep``: all).
 ``--plan JSON`` runs a hand-made plan (a narrowed case; ``pauses`` there: ``_chaos_interrupt_rank.py``).
 """
 
@@ -180,6 +183,10 @@ def judge(job: Job, timeout: float, slack: float) -> None:
     last = max((i for _, i in job.interrupted), default=-1)
     gaps = sorted({f"rank {r['rank']} call {c['i']}: in key_fn" for r in job.ranks for c in r["calls"]
                    if c["outcome"] == "interrupted" and any(":key_of:" in f for f in c.get("frames", []))})
+    late = {s["rank"] for s in job.plan["leavers"] if s["after"] > min(5.0, timeout / 4)}
+    gaps += sorted({f"rank {rank} back past the grace, counted out at call {c['i']}" for rank, i in job.interrupted
+                    if rank in late for r in job.ranks for c in r["calls"][i + 1:]
+                    if c.get("error") == "RankFailedError" and f"group rank(s) [{rank}] left" in c.get("message", "")})
     for i in range(len(steps)):
         calls = {r["rank"]: r["calls"][i] for r in job.ranks if i < len(r["calls"])}
         for rank, c in calls.items():
