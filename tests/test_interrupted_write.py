@@ -13,15 +13,17 @@ T, PROMPT_S = 60, 15
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("leaver", [1, 0])
-def test_a_rank_interrupted_as_its_exchange_write_returns_stays_in_step(tmp_path, leaver):
-    """Group rank ``leaver`` is interrupted (SIGINT) as its write of its part of exchange 3 of the first call's tuning
-    returns (rank 1: its message; rank 0: the exchange's result), held 0.5 s so that the peer reads that part
-    first and goes on to the next exchange. The leaver catches it and calls on: every later call returns on both
-    ranks, promptly, with the same decisions. Before, the rank wrote its "left" record over that part (its channel
-    had not counted it written), which the peer had read already: its call again began one exchange behind the
-    peer's, and both raised ExchangeError, then MismatchError at every call, and a GroupTimeoutError after T."""
-    env = {**tuner_env(tmp_path, T), "LEAVER": str(leaver), "AT": "3", "HOLD": "0.5", "PLAN": "4,4,8,4,8"}
+@pytest.mark.parametrize(("leaver", "at"), [(1, "3"), (0, "3"), (0, "decision written"), (1, "decision written")])
+def test_a_rank_interrupted_as_its_exchange_write_returns_stays_in_step(tmp_path, leaver, at):
+    """Group rank ``leaver`` is interrupted (SIGINT) as its write of its part of an exchange of the first call's
+    tuning returns (rank 1: its message; rank 0: the exchange's result), held 0.5 s so that the peer reads that part
+    first and goes on: exchange 3, or the tuning's last (``decision written``). The leaver catches it and calls on:
+    every later call returns on both ranks, promptly, with the same decisions. Before, the rank wrote its "left"
+    record over that part (its channel had not counted it written), which the peer had read already: its call again
+    began one exchange behind the peer's, and both raised ExchangeError, then MismatchError at every call, and a
+    GroupTimeoutError after T. At the decision, rank 0 (which awaits no result) did not keep the decision its peer
+    kept: its next call of the key tuned it again, alone (MismatchError, then a GroupTimeoutError)."""
+    env = {**tuner_env(tmp_path, T), "LEAVER": str(leaver), "AT": at, "HOLD": "0.5", "PLAN": "4,4,8,4,8"}
     results = run_ranks(CASES, 2, ["written_then_interrupted"], env=env, timeout=180)
     assert all(r.returncode == 0 for r in results), describe(results)
     said = {(r["rank"], r["what"]): r for result in results for r in result.results}

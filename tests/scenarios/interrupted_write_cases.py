@@ -17,7 +17,8 @@ import triton_dist_tune as tdt
 
 @case
 def written_then_interrupted():
-    """Env: LEAVER (group rank), AT (the exchange, by the group's count, whose write the signal follows), HOLD (s
+    """Env: LEAVER (group rank), AT (the exchange whose write the signal follows: its number by the group's count,
+    or a part of its step's name, the first such), HOLD (s
     from the write to the signal: where the peers read the part first), PLAN (the keys called, in order). One
     ``autotune`` function, no collective; the leaver catches its KeyboardInterrupt and calls on."""
     from triton_dist_tune.group.resolve import resolve_group
@@ -25,13 +26,13 @@ def written_then_interrupted():
     signal.signal(signal.SIGINT, signal.default_int_handler)
     tdt.init_distributed(backend="gloo")
     me, group = dist.get_rank(), resolve_group(None)
-    at, hold, fired = int(os.environ["AT"]), float(os.environ.get("HOLD", "0.5")), []
+    at, hold, fired = os.environ["AT"], float(os.environ.get("HOLD", "0.5")), []
     if me == int(os.environ["LEAVER"]):
         write = group._write_new
 
         def written(seq, slot, payload, what):
             write(seq, slot, payload, what)
-            if seq == at and not fired:
+            if (str(seq) == at or at in what) and not fired:
                 fired.append(what)
                 time.sleep(hold)
                 signal.raise_signal(signal.SIGINT)

@@ -44,9 +44,9 @@ class LeavingChannel(Group):
         self._left: BaseException | None = None  #: the interruption this rank left the group's exchanges by
         self._told: FailureReport | None = None  #: this rank's last report on a board of the group
         self._back: tuple[str, bytes] | None = None  #: this rank's "left" record, to settle at its next exchange
-        #: the last exchange begun, where this rank (not group rank 0) wrote its message and waits for the result, or
-        #: read it (sequence number, step, timeout: an interruption after the write, in the wait or after it, leaves
-        #: it to :meth:`keep_unread`); and the one kept to read at the next call, with what to do with its result
+        #: the last exchange begun, where this rank wrote its message (group rank 0: the result) and waits for the
+        #: result, or read it (sequence number, step, timeout: an interruption after the write, in the wait or after
+        #: it, leaves it to :meth:`keep_unread`); and the one kept to read at the next call, with what to do with it
         self._awaited: tuple[int, str, float] | None = None
         self._to_read: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
 

@@ -365,8 +365,8 @@ def _undone_on_a_note(group: StoreGroup, seq: int, mine: str | None) -> Iterator
 
 def _write_part(group: StoreGroup, seq: int, slot: int | str, payload_of: Callable[[], bytes], what: str,
                 started: float, timeout: float) -> None:
-    """Write this rank's part of exchange ``seq`` (its message; rank 0: the result) and count it written (a rank
-    other than 0 then awaits the result). An interruption raised as the write returns (a signal that came during the
+    """Write this rank's part of exchange ``seq`` (its message; rank 0: the result) and count it written
+    (:func:`_counted`). An interruption raised as the write returns (a signal that came during the
     store's request: Python runs its handler then) finds the part in the store, where a peer may have read it
     already: counted written too, as where the interruption comes right after. Before, the rank's "left" record
     (:meth:`~.leaving.LeavingChannel.leave`) went over it, unseen by a peer that had read it: the rank's call again
@@ -388,10 +388,11 @@ def _write_part(group: StoreGroup, seq: int, slot: int | str, payload_of: Callab
 
 
 def _counted(group: StoreGroup, seq: int, what: str, timeout: float) -> None:
-    if group.rank == 0:
-        group._sent = seq
-    else:
-        group._sent, group._awaited = seq, (seq, what, timeout)
+    """This rank's part of exchange ``seq`` is written: an interruption from here on leaves the result to read at
+    its next call (:meth:`~.leaving.LeavingChannel.keep_unread`). Group rank 0 too, whose result it wrote: before, an
+    interruption after it wrote the result of the exchange that ends a tuning, before its caller kept the decision,
+    left the key decided on its peers alone; its next call of it tuned it again against their next call."""
+    group._sent, group._awaited = seq, (seq, what, timeout)
 
 
 def _holds(group: StoreGroup, key: str, payload: bytes) -> bool:
