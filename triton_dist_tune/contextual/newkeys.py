@@ -29,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import settings
 
@@ -47,19 +48,25 @@ def settle(group: Group, label: str, call: int, log: logging.Logger, met: list[T
     """Settle the undecided keys this rank met in this run of call number ``call`` of the function ``label``
     names (see the module docstring): True when the group tunes them now (then it does on every rank). Logged in
     ``log``."""
-    store = group.store
+    store, started, what = group.store, time.monotonic(), f"{label} call {call}: settling new keys"
+
+    def ask(request: Callable[[], Any]) -> Any:  # a lost store is the tuner's GroupTimeoutError, as at an exchange
+        channel = getattr(group, "_request", None)
+        return channel(request, what, started) if channel is not None else request()
+
     names = {tid: group.key(f"newkey/{_digest(label, call, tid)}") for tid in met}
     for name in names.values():
-        if store.add(name + "/n", 1) >= group.size:
-            store.compare_set(name + "/d", "", "now")
+        if ask(lambda name=name: store.add(name + "/n", 1)) >= group.size:
+            ask(lambda name=name: store.compare_set(name + "/d", "", "now"))
     deadline = time.monotonic() + settings.current().new_key_grace
     waiting, pause = [names[tid] + "/d" for tid in met], 0.001
     while waiting and time.monotonic() < deadline:
-        waiting = [key for key in waiting if not store.check([key])]
+        waiting = [key for key in waiting if not ask(lambda key=key: store.check([key]))]
         if waiting:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(2 * pause, 0.02)
-    now = [tid for tid, name in names.items() if store.compare_set(name + "/d", "", "later") == b"now"]
+    now = [tid for tid, name in names.items()
+           if ask(lambda name=name: store.compare_set(name + "/d", "", "later")) == b"now"]
     log.info("%s call %d: undecided key(s) met here: %s; %s", label, call, "; ".join(f"{k} {t}" for k, t in met),
              f"every rank met {len(now)}: tuned in this call" if now else "tuned later")
     return bool(now)
