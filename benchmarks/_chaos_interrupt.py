@@ -21,7 +21,8 @@ little, or past the peers' grace (``min(5, T/4)``), and goes on. About one job i
 Checked per job:
 
 - no hang: past ``30 + calls x (1.5 T + 5)`` s every live rank dumps its stacks (``stack.rank<r>``) and is killed;
-- the program ends on every rank (exit 0 after its last call; no watchdog exit, no backstop);
+- the program ends on every rank (exit 0 after its last call; no watchdog exit, no backstop; each waits up to 60 s
+  for the others at its end, as a program ending with a barrier does: rank 0's process hosts the store);
 - no call raises anything but the library's ``AutotuneError`` or, on its leaver, the interruption;
 - no call raises ``GroupTimeoutError`` itself (a wait for ``T``; ``RankFailedError``, its subclass, is the
   promise) and none takes longer than ``T + slack`` (``--slack``, default ``T/2 + 2`` s: a loaded machine);

@@ -18,8 +18,9 @@ narrowed case: a late peer).
 Writes ``ready.rank<r>`` once its group is up, ``stack.rank<r>`` on SIGUSR1 (the driver's hard limit), and prints
 one ``RESULT {json}`` per call (``i``, ``outcome``: ``ok``, ``interrupted``, ``lib`` (an ``AutotuneError``) or
 ``other``; ``error``, ``message``, ``seconds`` the call took, ``ran``: the configs the function ran in the call,
-``decided``: each function's decisions after it, ``signalled``: the handler raised in this call, ``frames``: where the
-interruption was raised, innermost last), then ``END {json}``. Exit status 0 (4 where the program itself failed).
+``decided``: each function's decisions after it, ``signalled``: the handler raised in this call, ``frames``: where
+the interruption was raised, innermost last), then, once every rank's program is over (:func:`all_done`), ``END
+{json}``. Exit status 0 (4 where the program itself failed).
 """
 
 from __future__ import annotations
@@ -210,8 +211,23 @@ def main() -> int:
         return 4
     finally:
         STATE["call"] = len(PLAN["steps"])
-    print("END " + json.dumps({"ok": True, "at": time.time()}), flush=True)
+    print("END " + json.dumps({"ok": True, "at": time.time(), "all_done": all_done()}), flush=True)
     return 0
+
+
+def all_done(seconds: float = 60.0) -> bool:
+    """Wait (at most ``seconds``) for every rank's program to be over, so that rank 0's process, the store's host,
+    outlives its peers' calls, as a program that ends with a barrier does (an ended host is the mixed mode's fault)."""
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    store.add("chaos_interrupt/done", 1)
+    deadline = time.time() + seconds
+    while int(store.add("chaos_interrupt/done", 0)) < dist.get_world_size():
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 if __name__ == "__main__":
