@@ -1,0 +1,61 @@
+"""A ``contextual_autotune`` rank interrupted inside a hot call's new-key settlement (``contextual/newkeys.py``), the
+interruption caught, the program calling on. Usage: python newkey_interrupted_cases.py CASE."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+
+@case
+def interrupted_in_the_settlement():
+    """Calls: key 64 (the group's first call: tunes), then key 128 three times. Rank 1 comes to its second call one
+    second late, so rank 0, whose hot call met key 128 undecided, waits in the settlement (after its ``add``) when
+    its SIGINT comes, 0.25 s into that call; rank 1's ``add`` then makes the count whole: ``now``."""
+    import triton
+    import triton.language as tl
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    tdt.init_distributed(backend="gloo")
+    me = dist.get_rank()
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+    @triton.jit
+    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x):
+        out = torch.empty_like(x)
+        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    main_thread = threading.main_thread().ident
+    for i, n in enumerate([64, 128, 128, 128]):
+        if i == 1 and me == 1:
+            time.sleep(1.0)
+        if i == 1 and me == 0:
+            threading.Timer(0.25, lambda: signal.pthread_kill(main_thread, signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            layer(torch.ones(n))
+            said = {"error": None}
+        except KeyboardInterrupt:
+            said = {"error": "KeyboardInterrupt"}
+        except Exception as exc:  # noqa: BLE001 (what the test asserts on)
+            said = {"error": type(exc).__name__, "message": str(exc)[:300]}
+        emit(rank=me, what=i, n=n, seconds=round(time.monotonic() - t0, 2),
+             decided=sorted(str(k[1]) for k in layer.tuner.decisions), **said)
+
+
+if __name__ == "__main__":
+    main()
