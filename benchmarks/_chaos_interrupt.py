@@ -4,7 +4,7 @@ interruption and going on with its calls, as a REPL or a serving loop does (docs
 ``BaseException`` that is not an ``Exception``").
 
 Each job is 2-4 gloo ranks (``benchmarks/_chaos_interrupt_rank.py``; torchrun's variables, a fresh HOME, cache and log
-folder, the tuner's timeout ``T``) running one program of 5-9 calls drawn from the job's seed: an ``autotune``
+folder, the tuner's timeout ``T``) running one program of 4-9 calls drawn from the job's seed: an ``autotune``
 function of one or two keys, a ``contextual_autotune`` function of two keys around a ``triton.autotune`` kernel
 (``sync_every`` 2 or 3 in some jobs), or both in one program, each key's first call (its tuning) first, then calls of
 keys drawn again. No collective in the functions (a peer left inside one is its watchdog's, the mixed mode's
