@@ -18,7 +18,9 @@ import triton_dist_tune as tdt
 def interrupted_in_the_settlement():
     """Calls: key 64 (the group's first call: tunes), then key 128 three times. Rank 1 comes to its second call one
     second late, so rank 0, whose hot call met key 128 undecided, waits in the settlement (after its ``add``) when
-    its SIGINT comes, 0.25 s into that call; rank 1's ``add`` then makes the count whole: ``now``."""
+    its SIGINT comes, 0.25 s into that call; rank 1's ``add`` then makes the count whole: ``now``. ``AT=after
+    now``: rank 0 comes 0.3 s late instead, completes the count (``now``), and is interrupted as its settlement
+    returns, before the tuning's first exchange (a KeyboardInterrupt raised there)."""
     import triton
     import triton.language as tl
 
@@ -39,12 +41,28 @@ def interrupted_in_the_settlement():
         copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
         return out
 
+    import os
+
+    from triton_dist_tune.contextual import session
+
+    after_now = os.environ.get("AT") == "after now"
+    if after_now and me == 0:
+        settle = session.settle
+
+        def interrupted_after(*args):  # the call goes on as a tuning call on every rank: interrupted just then
+            if settle(*args):
+                raise KeyboardInterrupt
+            return False
+
+        session.settle = interrupted_after
     main_thread = threading.main_thread().ident
     for i, n in enumerate([64, 128, 128, 128]):
-        if i == 1 and me == 1:
-            time.sleep(1.0)
-        if i == 1 and me == 0:
+        if i == 1 and me == (0 if after_now else 1):
+            time.sleep(0.3 if after_now else 1.0)  # (after now: within rank 1's grace, which the test sets long)
+        if i == 1 and me == 0 and not after_now:
             threading.Timer(0.25, lambda: signal.pthread_kill(main_thread, signal.SIGINT)).start()
+        if i == 2 and after_now and me == 0:
+            session.settle = settle
         t0 = time.monotonic()
         try:
             layer(torch.ones(n))

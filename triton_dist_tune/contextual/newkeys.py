@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from ..group.channel import Group
     from .tracks import TrackId
 
+log = logging.getLogger("triton_dist_tune")
+
 
 def can_settle(group: Group) -> bool:
     """Whether ``group`` has a key-value store to settle new keys in (torch groups; not mpi4py, not alone)."""
@@ -55,21 +57,44 @@ def settle(group: Group, label: str, call: int, log: logging.Logger, met: list[T
         return channel(request, what, started) if channel is not None else request()
 
     names = {tid: group.key(f"newkey/{_digest(label, call, tid)}") for tid in met}
-    for name in names.values():
-        if ask(lambda name=name: store.add(name + "/n", 1)) >= group.size:
-            ask(lambda name=name: store.compare_set(name + "/d", "", "now"))
-    deadline = time.monotonic() + settings.current().new_key_grace
-    waiting, pause = [names[tid] + "/d" for tid in met], 0.001
-    while waiting and time.monotonic() < deadline:
-        waiting = [key for key in waiting if not ask(lambda key=key: store.check([key]))]
-        if waiting:
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(2 * pause, 0.02)
+    group.promise_next_exchange()  # this rank's count may complete a key's: its peers then go on to tune
+    try:
+        for name in names.values():
+            if ask(lambda name=name: store.add(name + "/n", 1)) >= group.size:
+                ask(lambda name=name: store.compare_set(name + "/d", "", "now"))
+        deadline = time.monotonic() + settings.current().new_key_grace
+        waiting, pause = [names[tid] + "/d" for tid in met], 0.001
+        while waiting and time.monotonic() < deadline:
+            waiting = [key for key in waiting if not ask(lambda key=key: store.check([key]))]
+            if waiting:
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(2 * pause, 0.02)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # an interruption: where "later" wins every key, no peer goes on
+            _later_or_promised(group, list(names.values()))
+        raise
     now = [tid for tid, name in names.items()
            if ask(lambda name=name: store.compare_set(name + "/d", "", "later")) == b"now"]
+    group.promise_next_exchange(bool(now))  # (kept until the tuning's first exchange, the journals', begins)
     log.info("%s call %d: undecided key(s) met here: %s; %s", label, call, "; ".join(f"{k} {t}" for k, t in met),
              f"every rank met {len(now)}: tuned in this call" if now else "tuned later")
     return bool(now)
+
+
+def _later_or_promised(group: Group, names: list[str]) -> None:
+    """An interruption of this rank inside :func:`settle`: it writes ``later`` for each key (a no-op where a
+    decision is there) and withdraws its promise where no key is ``now``, so its peers return from the call too and
+    it tells them nothing; where one is ``now`` they go on to tune, and its promise stands: its "left" record lies
+    at their next exchange, and they raise ``RankFailedError`` there at once (before, it sent nothing, having begun
+    no exchange, and they waited ``T + T/10`` at the journal exchange: ``test_newkey_interrupted.py``). Best
+    effort: a request that fails leaves the promise standing."""
+    try:
+        found = [bytes(group.store.compare_set(name + "/d", "", "later")) for name in names]  # type: ignore
+    except Exception as exc:
+        log.debug("triton_dist_tune: could not settle the new keys after an interruption: %s", exc)
+        return
+    if b"now" not in found:
+        group.promise_next_exchange(False)
 
 
 def _digest(label: str, call: int, tid: TrackId) -> str:

@@ -106,7 +106,7 @@ class Group:
             except Exception:
                 raise
             except BaseException as exc:  # Ctrl-C, sys.exit, a cancelled task: raised on, the others told
-                if self.exchanges() != begun:
+                if self.exchanges() != begun or self._promised():
                     self.leave(exc)
                 raise
             finally:
@@ -128,6 +128,16 @@ class Group:
     def exchanges(self) -> int:
         """How many exchanges this rank has begun on the group (0 where the channel does not count them)."""
         return 0
+
+    def promise_next_exchange(self, promised: bool = True) -> None:
+        """(``promised``: made, else withdrawn.) This rank's peers may go on, in this turn, to its next exchange on
+        the group on its word alone, before it begins one (its count completing a hot call's settled key:
+        ``contextual/newkeys.py``): an interruption before that exchange begins leaves the group's exchanges as one
+        after an exchange in the turn does (:meth:`turn`, :meth:`leave`). This base has no peers to tell."""
+
+    def _promised(self) -> bool:
+        """Whether this rank's :meth:`promise_next_exchange` stands (no exchange begun since)."""
+        return False
 
     def leave(self, interruption: BaseException) -> None:
         """This rank leaves the call it was in on this group by ``interruption`` (raised on): its peers, waiting

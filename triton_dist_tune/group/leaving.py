@@ -49,6 +49,15 @@ class LeavingChannel(Group):
         #: it, leaves it to :meth:`keep_unread`); and the one kept to read at the next call, with what to do with it
         self._awaited: tuple[int, str, float] | None = None
         self._to_read: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
+        self._promised_at: int | None = None  #: the exchanges begun at this rank's promise of its next one
+
+    def promise_next_exchange(self, promised: bool = True) -> None:
+        """:meth:`.channel.Group.promise_next_exchange`."""
+        with self._lock:
+            self._promised_at = self._seq if promised else None
+
+    def _promised(self) -> bool:
+        return self._promised_at is not None and self._promised_at == self._seq
 
     @property
     def store(self) -> Any:
@@ -64,7 +73,9 @@ class LeavingChannel(Group):
         """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
         :class:`~.channel.Failed` as its part of the next exchange it has not written, naming the last exchange it
         began in the turn (``held``), and counts it done. A peer still in the turn (it waits there, or comes to it)
-        raises ``RankFailedError`` at once and counts it done too: the ranks stay in step. A peer past the turn
+        raises ``RankFailedError`` at once and counts it done too: the ranks stay in step (so does one that goes on
+        to that exchange on this rank's promise, :meth:`promise_next_exchange`: the record names that exchange as
+        begun; before, nothing was sent, and such a peer waited ``T`` there). A peer past the turn
         (this rank's part of its last exchange was written) meets it at a later turn's first exchange and waits a
         short grace for this rank's next exchange: where it comes, that exchange is void on every rank and made again
         at the next number (:class:`~.channel.PassedOver`), else the peer raises (:mod:`.passover`). Best effort."""
@@ -73,6 +84,8 @@ class LeavingChannel(Group):
         with self._lock:
             held = self._seq
             seq = self._seq = self._sent = held + (self._sent == held)
+            if self._promised_at == held:  # its peers go on to that exchange on its word: it is in the turn there
+                held = seq
         self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
             self._told, None
         text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
