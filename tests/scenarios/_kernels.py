@@ -33,3 +33,29 @@ def block_matched_increment(spend: Callable[[float], None],
 
     return triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=cost(b)) for b in (64, 128)],
                            key=["n"])(increment)
+
+
+@triton.jit
+def copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """``out = x``, ``BLOCK`` elements per program."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def copying_layer(**options: Any) -> Any:
+    """A ``contextual_autotune`` function (``options``: the decorator's) ``layer(x)`` that copies ``x`` with
+    :func:`copy` under ``triton.autotune`` over ``BLOCK`` 16 and 32, keyed by ``n``."""
+    import torch
+
+    import triton_dist_tune as tdt
+
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])(copy)
+
+    @tdt.contextual_autotune(**options)
+    def layer(x: Any) -> Any:
+        out = torch.empty_like(x)
+        kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    return layer

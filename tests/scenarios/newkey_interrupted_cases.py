@@ -21,25 +21,13 @@ def interrupted_in_the_settlement():
     its SIGINT comes, 0.25 s into that call; rank 1's ``add`` then makes the count whole: ``now``. ``AT=after
     now``: rank 0 comes 0.3 s late instead, completes the count (``now``), and is interrupted as its settlement
     returns, before the tuning's first exchange (a KeyboardInterrupt raised there)."""
-    import triton
-    import triton.language as tl
+    from _kernels import copying_layer
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     tdt.init_distributed(backend="gloo")
     me = dist.get_rank()
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
-    @triton.jit
-    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
-
-    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
-    def layer(x):
-        out = torch.empty_like(x)
-        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
-        return out
+    layer = copying_layer(is_dist=True, n_warmup=1, n_repeat=1)
 
     import os
 

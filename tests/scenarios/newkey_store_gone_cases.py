@@ -17,24 +17,12 @@ import triton_dist_tune as tdt
 def host_ended_before_a_hot_call_settles():
     """Rank 0 (the store's host) ends its process after the group's first call; rank 1's next call, a second later,
     runs hot and meets key 128, which no rank decided: it settles it in the store, which is gone."""
-    import triton
-    import triton.language as tl
+    from _kernels import copying_layer
 
     tdt.init_distributed(backend="gloo")
     me = dist.get_rank()
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
-    @triton.jit
-    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
-
-    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
-    def layer(x):
-        out = torch.empty_like(x)
-        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
-        return out
+    layer = copying_layer(is_dist=True, n_warmup=1, n_repeat=1)
 
     emit(rank=me, what=0, **outcome(lambda: float(layer(torch.ones(64)).sum())))
     if me == 0:
