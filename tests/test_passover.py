@@ -312,7 +312,7 @@ def _calls_by_index(results) -> dict:
 @pytest.mark.parametrize(("n", "how"), [
     (2, "thread"), (2, "two threads"),
     (3, "two leavers"), (3, "leavers apart"), (3, "leavers apart, 2 last"),
-    (3, "two cancelled"), (4, "subgroup"), (2, "raises")])
+    (3, "two cancelled"), (4, "subgroup"), (2, "raises"), (2, "agreement"), (3, "agreement")])
 def test_a_contextual_rank_interrupted_waiting_for_a_result_stays_in_step_threads_leavers_subgroups(tmp_path, n, how):
     """Review of ceece99d, each with real ranks: rank 1 (``subgroup``: global rank 3, in TP groups {0,1} and {2,3},
     the other group going on alone) is interrupted inside its wait for a run's exchange result. ``thread``: its
@@ -321,10 +321,14 @@ def test_a_contextual_rank_interrupted_waiting_for_a_result_stays_in_step_thread
     at the exchange that decides key 128 (SIGINT); ``leavers apart``: rank 2 at run 5's exchange, rank 1 at run 6's,
     which the peers end with RankFailedError (rank 2 left), and ``2 last`` the other way round (before, the rank left
     at run 6's read that verdict at its next call and raised it there alone, the others' call returning, key 128
-    undecided: a fresh-clone CI's red); ``two cancelled``: both by a cancelled task's CancelledError, at
-    the first call's last exchange; ``raises``: the next call, tuning new key 128 on every rank, raises the
-    function's own error on rank 1. Every rank of a group runs the same config for each key in each later call,
-    and ends each with the same outcome (the same AutotuneError for ``raises``), none waiting for the timeout."""
+    undecided: a fresh-clone CI's red); ``agreement``: at the agreement at call 3 (``sync_every`` 3), which finds
+    key 128 pending on rank 0 (met there alone in call 2) and opens a tuning window (before, the rank did not know
+    it: its next call ran hot while its peers tuned, waiting ``T + T/10`` at the journal exchange, then
+    ``ExchangeError``; a chaos run's job, seed 467565331); ``two cancelled``: both by a cancelled task's
+    CancelledError, at the first call's last exchange; ``raises``: the next call, tuning new key 128 on every
+    rank, raises the function's own error on rank 1. Every rank of a group runs the same config for each key in
+    each later call, and ends each with the same outcome (the same AutotuneError for ``raises``), none waiting for
+    the timeout."""
     env = {**tuner_env(tmp_path, 30), "PLAN": "64,128,128,128", "AT_CALL": "1", "AT": "end of run 6", "LEAVERS": "1"}
     env |= {"thread": {"THREAD": "1"},
             "two threads": {"PLAN": "64,64+64,128+64", "AT_CALL": "0"},
@@ -333,7 +337,9 @@ def test_a_contextual_rank_interrupted_waiting_for_a_result_stays_in_step_thread
             "leavers apart, 2 last": {"LEAVERS": "1,2", "AT_1": "end of run 5"},
             "two cancelled": {"PLAN": "64,64,128", "AT_CALL": "0", "LEAVERS": "1,2", "SIG": "CANCEL"},
             "subgroup": {"GROUP": "tp2", "LEAVERS": "3", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1"},
-            "raises": {"PLAN": "64,128,64", "AT_CALL": "0", "RAISE": "1:1"}}[how]
+            "raises": {"PLAN": "64,128,64", "AT_CALL": "0", "RAISE": "1:1"},
+            "agreement": {"PLAN": "64,128,128,128,128", "PLAN_1": "64,64,128,128,128", "AT_CALL": "2",
+                          "AT": "agreement at call 3", "SYNC_EVERY": "3"}}[how]
     results = run_ranks(LATE_MORE, n, ["late"], timeout=100, env=env)
     assert all(r.returncode == 0 for r in results), describe(results)
     calls, at, leavers = _calls_by_index(results), int(env["AT_CALL"]), [int(r) for r in env["LEAVERS"].split(",")]

@@ -20,9 +20,9 @@ INTERPRETER = threading.Lock()
 
 @case
 def late():
-    """Env: PLAN (calls; "a+b" = two threads at once), AT_CALL, AT (exchange suffix; AT_<r>: leaver r's own, where
-    leavers leave at different exchanges), LEAVERS (global ranks), SIG
-    (INT, TERM, CANCEL), THREAD (leavers' later calls from a thread of their own), DELAY (s the leavers wait before
+    """Env: PLAN (calls; "a+b" = two threads at once; PLAN_<r>: rank r's own), AT_CALL, AT (exchange suffix;
+    AT_<r>: leaver r's own, where leavers leave at different exchanges), LEAVERS (global ranks), SIG (INT, TERM,
+    CANCEL), THREAD (leavers' later calls from a thread of their own), DELAY (s the leavers wait before
     their next call), SYNC_EVERY, GROUP (world, tp2), RAISE ("call:rank,..." the function raises there)."""
     import triton
     from _cases import contextual_virtual_clock, spend
@@ -110,7 +110,7 @@ def late():
 
     threaded = me in leavers and os.environ.get("THREAD")
     delay = float(os.environ.get("DELAY", "0"))
-    for i, item in enumerate(os.environ["PLAN"].split(",")):
+    for i, item in enumerate(os.environ.get(f"PLAN_{me}", os.environ["PLAN"]).split(",")):
         began[0] = group.exchanges()  # (before current: an earlier call's last exchange may end with AT too)
         current[0] = i
         if i == at_call + 1 and me in leavers and delay:

@@ -468,7 +468,9 @@ def call_beside_agreement() -> None:
     def waits(call: int) -> bool:  # the call waits in the library for the calls before it (once that exists)
         return any(call in numbers for numbers in getattr(layer.tuner, "_waiting", {}).values())
 
-    real_agree, real_tune = ContextualTuner._agree, ContextualTuner._tune
+    from triton_dist_tune.contextual import tuner as tuner_module
+
+    real_agree, real_tune = tuner_module.agree, ContextualTuner._tune
 
     def agree(self: Any, group: Any, calls: int) -> bool:
         if calls != 4:
@@ -485,7 +487,7 @@ def call_beside_agreement() -> None:
         tuned_calls.append(calls)
         return real_tune(self, group, calls, args, kwargs)
 
-    ContextualTuner._agree, ContextualTuner._tune = agree, tune  # type: ignore[method-assign]
+    tuner_module.agree, ContextualTuner._tune = agree, tune  # type: ignore[method-assign]
     results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
                "2": outcome(layer, torch.ones(48 if rank() == 0 else 64)),  # 48: pending on rank 0 only
                "3": outcome(layer, torch.ones(64))}
@@ -728,7 +730,9 @@ def agreement_beside_a_hot_call_meeting_its_new_key_late() -> None:
     def waits(call: int) -> bool:  # the call waits in the library for the calls before it
         return any(call in numbers for numbers in getattr(tuner, "_waiting", {}).values())
 
-    real_agree, real_tune_now = type(tuner)._agree, Session._tune_now
+    from triton_dist_tune.contextual import tuner as tuner_module
+
+    real_agree, real_tune_now = tuner_module.agree, Session._tune_now
 
     def agree(self: Any, group: Any, calls: int) -> bool:
         in_agreement.set()
@@ -740,7 +744,7 @@ def agreement_beside_a_hot_call_meeting_its_new_key_late() -> None:
             settled_now.append(self.call_number)
         return now
 
-    type(tuner)._agree, Session._tune_now = agree, tune_now  # type: ignore[method-assign]
+    tuner_module.agree, Session._tune_now = agree, tune_now  # type: ignore[method-assign]
     results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
                "2": outcome(layer, torch.ones(64))}
 

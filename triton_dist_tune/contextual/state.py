@@ -70,6 +70,13 @@ class TunerState:
         self.meeting = threading.Lock()
         #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
         self.nodes: dict[tuple, list[int]] = {}
+        #: calls in which the group agreed to tune (pending keys), for inspection (:mod:`~.agreement`)
+        self.agreed_calls: list[int] = []
+        #: group identity -> the first call after the tuning window opened by the last agreement that found pending
+        #: keys: calls before it tune on every rank (a key met off the agreement points is met in one of them)
+        self.window_end: dict[tuple, int] = {}
+        #: group identity -> the keys every rank offered at that agreement (the window ends once all are decided)
+        self.offered: dict[tuple, list[TrackId]] = {}
 
     # the order of calls from several threads (ContextualTuner's): a hot call that settles new keys is in flight
     # from its first undecided launch to its end, and takes the group's turn once every call before it has ended
@@ -87,6 +94,10 @@ class TunerState:
         """A tuning call on ``group`` ended on every rank, as its last exchange told (:mod:`~.session`: before any
         line of it is logged), or as that exchange's result, which an interruption ended this rank's wait for,
         told at this rank's next call (:func:`~.exchange.applied_late`)."""
+
+    def agreement_made(self, gid: tuple) -> None:
+        """The group's agreement (every ``sync_every`` calls) is made at this call (:func:`~.agreement.agree`):
+        none is left due on group ``gid``."""
 
     def left_unread(self, group: Group) -> None:
         """An interruption ended this rank's wait for the result of an exchange of a call of this function on

@@ -19,11 +19,12 @@ from ..group.channel import Group
 from ..group.resolve import alone, resolve_group
 from ..group.threads import holds_a_turn
 from . import intercept
+from .agreement import agree
 from .hot import TUNE_AHEAD, HotCall
 from .options import ContextualOptions
 from .session import Session
 from .state import TunerState
-from .tracks import TrackId, group_choice
+from .tracks import group_choice
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -64,13 +65,6 @@ class ContextualTuner(TunerState):
 
     def __init__(self, fn: Callable[..., Any], options: ContextualOptions) -> None:
         super().__init__(fn, options)
-        #: calls in which the group agreed to tune (pending keys), for inspection
-        self.agreed_calls: list[int] = []
-        #: group identity -> the first call after the tuning window opened by the last agreement that found pending
-        #: keys: calls before it tune on every rank (a key met off the agreement points is met in one of them)
-        self.window_end: dict[tuple, int] = {}
-        #: group identity -> the keys every rank offered at that agreement (the window ends once all are decided)
-        self.offered: dict[tuple, list[TrackId]] = {}
         self._called: set[tuple] = set()
         #: group identities where an interruption left the result of an exchange of this function's call unread on
         #: this rank (:meth:`left_unread`): the next call reads it first, even one that would run hot
@@ -172,7 +166,7 @@ class ContextualTuner(TunerState):
                         try:
                             if late or group.has_unread():
                                 first, window = self._read_late(group, calls)
-                            tune = first or window or (due and self._agree(group, calls))
+                            tune = first or window or (due and agree(self, group, calls))
                         finally:
                             self._ended(gid, calls, agreement_only=True)
                         if tune:
@@ -320,35 +314,9 @@ class ContextualTuner(TunerState):
         interrupted at its summary's line made the group's first call again, alone, and waited ``T``)."""
         self._called.add(group.identity)
 
-    def _agree(self, group: Group, calls: int) -> bool:
-        """Every ``sync_every`` calls, one exchange: does any rank hold pending keys (met in hot calls since the
-        last agreement and still undecided)? Then this call and the next ``sync_every - 1`` tune, on every rank
-        alike: a pending key is tuned in whichever of them meets it (a key met only off the agreement points
-        included). A pending key stays pending until the group decides it; one not met again since the last
-        agreement is dropped from the offer (met again, it is pending again)."""
-        gid = group.identity
+    def agreement_made(self, gid: tuple) -> None:
+        """:meth:`~.state.TunerState.agreement_made`."""
         self._due.discard(gid)
-        with self.meeting:  # hot calls of other threads meet keys meanwhile (launches.pending_launch)
-            met = self.met_since.pop(gid, {})
-            pending = self.pending.get(gid, {})
-            for slot, (tid, _) in list(pending.items()):  # decided, or not met since the last agreement: not pending
-                if group_choice(group, tid) is not None or tid not in met:
-                    del pending[slot]
-            mine = sorted({tid for tid, _ in pending.values()})
-        step = f"{self.options.label} agreement at call {calls}"
-        with calling(self.options.name):
-            group.raise_if_counted_out(step)  # made once: where the peers counted this rank out here, as they did
-            everyone = group.allgather([list(tid) for tid in mine], step, timeout=self.options.timeout)
-        if not any(everyone):
-            return False
-        self.agreed_calls.append(calls)
-        self.window_end[gid] = calls + self.options.sync_every
-        self.offered[gid] = sorted({(str(k), str(t)) for offer in everyone for k, t in offer})
-        logs.rank_log().info("%s call %d: the group tunes pending key(s) until they are decided, at most in calls %d "
-                             "to %d: %s", self.options.label, calls, calls, calls + self.options.sync_every - 1,
-                             "; ".join(f"rank {r}: {', '.join(f'{k} {t}' for k, t in p)}"
-                                       for r, p in enumerate(everyone) if p))
-        return True
 
     def _in_window(self, group: Group, calls: int) -> bool:
         """Whether this call is in the tuning window of the last agreement: before its end, with a key offered
