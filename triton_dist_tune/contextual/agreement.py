@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
 from ..group.calls import calling
+from ..group.leaving import result_kept_if_interrupted
 from .tracks import group_choice
 
 if TYPE_CHECKING:
@@ -32,14 +33,10 @@ def agree(tuner: TunerState, group: Group, calls: int) -> bool:
     step = f"{tuner.options.label} agreement at call {calls}"
     with calling(tuner.options.name):
         group.raise_if_counted_out(step)  # made once: where the peers counted this rank out here, as they did
-        begun = group.exchanges()
-        try:
+        with result_kept_if_interrupted(  # (its message written: the peers applied it; read at the next call)
+                group, lambda late: _agreed(tuner, group, calls, late, " (read at this rank's next call)"),
+                lambda: tuner.left_unread(group)):
             everyone = group.allgather([list(tid) for tid in mine], step, timeout=tuner.options.timeout)
-        except BaseException as exc:  # an interruption in the wait for the result, its message written
-            if not isinstance(exc, Exception) and group.keep_unread(
-                    lambda late: _agreed(tuner, group, calls, late, " (read at this rank's next call)"), begun):
-                tuner.left_unread(group)
-            raise
     return _agreed(tuner, group, calls, everyone)
 
 

@@ -18,6 +18,7 @@ from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import difference, from_root
+from ..group.leaving import result_kept_if_interrupted
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision
@@ -36,17 +37,14 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
     (:func:`applied_late`)."""
     group = session.group
     message = _message(session, error)
-    begun = group.exchanges()
     try:
-        gathered = group.allgather(message, f"{session.label} end of run {session.runs - 1}",
-                                   timeout=exchange_timeout(session.timeout))
+        with _kept_if_interrupted(session, lambda late: applied_late(session, late)):
+            gathered = group.allgather(message, f"{session.label} end of run {session.runs - 1}",
+                                       timeout=exchange_timeout(session.timeout))
     except GroupTimeoutError as exc:  # the peers never came: say what this rank's run raised, the likelier cause
         if error is None:
             raise
         raise type(exc)(f"{exc}; on this rank, run {session.runs - 1} had raised {describe_error(error)}") from error
-    except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task: in this exchange (begun), the result unread
-        _keep_unread(session, exc, begun, lambda late: applied_late(session, late))
-        raise
     return applied(session, gathered, error)
 
 
@@ -122,24 +120,18 @@ def ended_alike(session: CallState, error: Exception | None) -> None:
     run's is (:func:`raise_if_raised`). Otherwise the raising ranks' call ended with their own error, the others'
     returned, and their next calls parted: the first tuned again as the group's first call, the others ran hot."""
     raised = describe_error(error) if error is not None else None
-    group = session.group
-    begun = group.exchanges()
-    try:
-        gathered = group.allgather(raised, f"{session.label} end of run {session.runs - 1} (after max_runs)",
-                                   timeout=exchange_timeout(session.timeout))
-    except BaseException as exc:  # an interruption in the wait for the call's last result: read at the next call
-        _keep_unread(session, exc, begun, lambda late: _ended_late(session, late))
-        raise
+    with _kept_if_interrupted(session, lambda late: _ended_late(session, late)):  # (the call's last result)
+        gathered = session.group.allgather(raised, f"{session.label} end of run {session.runs - 1} (after max_runs)",
+                                           timeout=exchange_timeout(session.timeout))
     raise_if_raised(session, [(r, text) for r, text in enumerate(gathered) if text], error)
 
 
-def _keep_unread(session: CallState, exc: BaseException, begun: int, keep: Callable[[Any], None]) -> None:
-    """Where ``exc``, an interruption (not an ``Exception``), ended this rank's wait in the exchange it began after
-    ``begun`` exchanges, its message written: the group keeps the result for ``keep`` to read at this function's
-    next call on it (``Group.keep_unread``, :meth:`~.state.TunerState.left_unread`)."""
+def _kept_if_interrupted(session: CallState, keep: Callable[[Any], None]) -> Any:
+    """Where an interruption (Ctrl-C, SIGTERM, a cancelled task) ends this rank's wait for the result of the
+    exchange inside, its message written: the group keeps the result for ``keep`` to read at this function's next
+    call on it (:func:`~..group.leaving.result_kept_if_interrupted`, :meth:`~.state.TunerState.left_unread`)."""
     group = session.group
-    if not isinstance(exc, Exception) and group.keep_unread(keep, begun):
-        session.tuner.left_unread(group)
+    return result_kept_if_interrupted(group, keep, lambda: session.tuner.left_unread(group))
 
 
 def _ended_late(session: CallState, gathered: list[Any]) -> None:

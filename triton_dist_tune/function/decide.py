@@ -14,6 +14,7 @@ from ..disk import logs
 from ..disk.files import read_regular
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
+from ..group.leaving import result_kept_if_interrupted
 from ..measure.noise import retaken, statistic
 from ..measure.race import Race
 from ..measure.trial import Trial
@@ -184,20 +185,16 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
             store()
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
-    begun = group.exchanges()
-    try:
+    # an interruption before the decision is kept is read at the next call, only where it came in that exchange or
+    # after it: one before it (in the cache write, or before the exchange's first step) left the previous exchange's
+    # result awaited, which is no decision (before, that was read as one at the next call: the key decided on this
+    # rank alone, the others tuning it again)
+    with result_kept_if_interrupted(group, keep_later):
         agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written",
                                  timeout=timeout)
         decision.search = agreed if isinstance(agreed, str) else ""
         if keep_now is not None:
             keep_now()
-    except BaseException as exc:  # an interruption before the decision is kept: read at the next call
-        # only where it came in that exchange or after it (begun): one before it (in the cache write, or before the
-        # exchange's first step) left the previous exchange's result awaited, which is no decision (before, that
-        # was read as one at the next call: the key decided on this rank alone, the others tuning it again)
-        if keep_later is not None and not isinstance(exc, Exception):
-            group.keep_unread(keep_later, begun)
-        raise
 
 
 def keep_decision(tuner: TunedFunction, group: Group, key: Any, agreed: Callable[[dict[str, Any]], Any] | None,

@@ -14,10 +14,11 @@ for its peers, and the result of its last exchange that it reads at its next cal
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
@@ -163,6 +164,22 @@ class LeavingChannel(Group):
                 self._to_read = to_read
             raise
         keep(value)
+
+
+@contextlib.contextmanager
+def result_kept_if_interrupted(group: Group, keep: Callable[[Any], None] | None,
+                               kept: Callable[[], None] | None = None) -> Iterator[None]:
+    """An interruption (a ``BaseException`` that is not an ``Exception``) inside, after this rank wrote its message
+    of an exchange of ``group`` begun inside (in the wait for the result, or once it read it, before its caller took
+    it): the group keeps that result for ``keep`` to read at this rank's next call (:meth:`Group.keep_unread`), and
+    ``kept`` (the caller's mark of it) is called; raised on. Nothing where ``keep`` is None."""
+    begun = group.exchanges()
+    try:
+        yield
+    except BaseException as exc:
+        if keep is not None and not isinstance(exc, Exception) and group.keep_unread(keep, begun) and kept is not None:
+            kept()
+        raise
 
 
 def _ended_there(group: LeavingChannel, seq: int, exc: Exception) -> None:
