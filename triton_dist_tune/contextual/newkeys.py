@@ -69,12 +69,12 @@ def settle(group: Group, label: str, call: int, log: logging.Logger, met: list[T
             if waiting:
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(2 * pause, 0.02)
+        now = [tid for tid, name in names.items()
+               if ask(lambda name=name: store.compare_set(name + "/d", "", "later")) == b"now"]
     except BaseException as exc:
         if not isinstance(exc, Exception):  # an interruption: where "later" wins every key, no peer goes on
             _later_or_promised(group, list(names.values()))
         raise
-    now = [tid for tid, name in names.items()
-           if ask(lambda name=name: store.compare_set(name + "/d", "", "later")) == b"now"]
     group.promise_next_exchange(bool(now))  # (kept until the tuning's first exchange, the journals', begins)
     log.info("%s call %d: undecided key(s) met here: %s; %s", label, call, "; ".join(f"{k} {t}" for k, t in met),
              f"every rank met {len(now)}: tuned in this call" if now else "tuned later")
