@@ -24,7 +24,9 @@ Open MPI). The ranks then run this checkout's code (PYTHONPATH), whatever copy o
 pip's install (or what a plain python imports) is another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
 MODULE:NAME, --calls, --keys, --backend and --group-size (against the job's ranks) are checked before torchrun
 starts. Arguments that ask for help (-h or --help) run the
-script or module once, as one process, not on every rank: its help is printed once.
+script or module once, as one process, not on every rank: its help is printed once. A script (or module) that
+defines parse_arguments(argv) at its top level, as the examples do, has its arguments checked by that function once
+before torchrun starts (scripts/check_args.py): a wrong one is its usage error once and exit status 2.
 
 Multi-node: set NNODES, with NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500), on every node; they are
 passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port (checked first: a value torchrun
@@ -224,6 +226,20 @@ if why:
 PYEOF
   [[ $found -ne 2 ]] || exit 2  # (any other failure of this check leaves the module to the ranks)
 fi
+one_rank=0  # one rank on one node: started below without torchrun's agent
+[[ "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ]] && one_rank=1
+if [[ $# -gt 0 && $wants_help -eq 0 && $one_rank -eq 0 ]]; then
+  # a script's arguments, checked once here where it defines parse_arguments(argv) (as the examples do): a wrong one
+  # is its usage error once and argparse's exit status 2, not that error from every rank followed by torchrun's
+  # ChildFailedError traceback (scripts/check_args.py; a script without that function, or no arguments: nothing)
+  checked=0
+  if [[ $module -eq 1 ]]; then
+    "${PYTHON:-python3}" "$here/scripts/check_args.py" -m "$script" "$@" || checked=$?
+  else
+    "${PYTHON:-python3}" "$here/scripts/check_args.py" "$script" "$@" || checked=$?
+  fi
+  [[ $checked -eq 0 ]] || exit "$checked"
+fi
 if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign && $wants_help -eq 0 ]]; then
   # a campaign's input (MODULE:NAME, --keys, --group-size against the job's ranks) is checked once here: a mistake
   # is its one-line message and exit status 2, not that message from every rank followed by torchrun's traceback of
@@ -234,7 +250,7 @@ if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign && 
   fi
   "${PYTHON:-python3}" -m triton_dist_tune "$@" --check-only "$world" || exit $?
 fi
-if [[ $wants_help -eq 1 || ( "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ) ]]; then
+if [[ $wants_help -eq 1 || $one_rank -eq 1 ]]; then
   # One rank on one node: start it as torchrun would (its variables, a free port for the store rank 0 hosts), without
   # torchrun's agent, a second Python that imports torch (about 4 s of every one-GPU command). Help: one process too.
   # The port is free now and outside the kernel's range of ephemeral ports: the rank binds it seconds later (after

@@ -50,8 +50,14 @@ def reference_gla(q, k, v, g, scale: float):
     return out
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
+    launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""
+    return argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
+    parse_arguments(argv)
     if not runnable():
         print(SKIPPED, flush=True)
         return 0

@@ -184,10 +184,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
+    launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""
+    return argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Tune :func:`gemm_rs` at one shape on every rank of the job, check it against ``matmul`` + an all-reduce of
     the partial sums, and print one line per rank (rank 0): its error and the config it ran, the same everywhere."""
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
+    parse_arguments(argv)
     import triton_dist_tune
 
     triton_dist_tune.init_distributed()  # NCCL and one GPU per rank with CUDA, else gloo

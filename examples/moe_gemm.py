@@ -198,7 +198,9 @@ def export_folder(text: str) -> Path:
     return folder
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's options, checked (a wrong one: the usage, its message and exit status 2). ``bash launch.sh``
+    calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="the tiny space and problem (CPU ranks, interpreter)")
     parser.add_argument("--campaign", action="store_true", help="tune 16 batch sizes as a campaign (3 with --tiny)")
@@ -229,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(f"--export-sglang: this Triton is {triton.__version__}: {exc} to 'triton-dist-tune export "
                          "--format sglang-moe' after the campaign")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     entered = time.perf_counter()
     tdt.init_distributed()
     import torch.distributed as dist

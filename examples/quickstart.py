@@ -40,8 +40,14 @@ def all_gather_gemm(a_local: torch.Tensor, b: torch.Tensor, *, gemm_config) -> t
     return gemm(a, b, config=gemm_config)
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
+    launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""
+    return argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
+    parse_arguments(argv)
     tdt.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     on_gpu = torch.cuda.is_available()

@@ -94,9 +94,15 @@ def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) ->
     return F.gelu(x_full.float() @ w_up.float(), approximate="tanh") @ w_down.float()
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
+    launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""
+    return argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """4 ranks, two TP groups of 2 tuned as one: tune, check against the dense block, print one line per rank."""
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
+    parse_arguments(argv)
     import triton_dist_tune
     from examples.ag_gemm import make_tuned_ag_gemm
     from examples.gemm_rs import make_tuned_gemm_rs

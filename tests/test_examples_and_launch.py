@@ -1,5 +1,6 @@
 """The examples and launch.sh as a user runs them: a MoE campaign with a batch size that fails, keys served by the
-undecided policy, launch.sh through a symbolic link, a script's help under launch.sh, a stray MASTER_ADDR.
+undecided policy, launch.sh through a symbolic link, a script's help under launch.sh, a wrong argument said once, a
+stray MASTER_ADDR.
 
 Every test starts real processes (launch.sh with torchrun or its one-rank form, or the example's ranks forked by the
 harness) on CPU ranks with Triton's interpreter, each with its own home, cache and log folders under tmp_path.
@@ -172,6 +173,68 @@ def test_launch_sh_prints_a_scripts_help_once(tmp_path: Path, target: list[str])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = done.stdout + done.stderr
     assert text.count("usage:") == 1, text[-6000:]
+
+
+#: a user's script that opts in to launch.sh's check (a top-level ``parse_arguments(argv)``); each rank says it ran
+CHECKED_TOOL = '''
+import argparse, os, sys
+
+
+def parse_arguments(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.size < 1:
+        parser.error("--size is at least 1")
+    return args
+
+
+if __name__ == "__main__":
+    args = parse_arguments()
+    os.write(1, f"RANK {os.environ['RANK']} SIZE {args.size}\\n".encode())
+'''
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(("target", "said"), [
+    (["examples/moe_gemm.py", "--no-such-flag"], "moe_gemm.py: error: unrecognized arguments: --no-such-flag"),
+    (["examples/moe_gemm.py", "--tokens", "0"], "argument --tokens: 0 tokens: a batch size is at least 1"),
+    (["examples/moe_gemm.py", "--batches", "4,8"], "moe_gemm.py: error: --batches needs --campaign"),
+    (["-m", "examples.quickstart", "--bogus"], "quickstart.py: error: unrecognized arguments: --bogus"),
+    (["{tool}", "--size", "0"], "error: --size is at least 1"),
+])
+def test_launch_sh_says_a_wrong_argument_once(tmp_path: Path, target: list[str], said: str) -> None:
+    """``bash launch.sh examples/moe_gemm.py --no-such-flag`` on 2 CPU ranks printed the usage error once per rank,
+    then torchrun's ``ChildFailedError`` traceback, exit status 1. Now launch.sh checks the arguments once before
+    torchrun starts, with the script's ``parse_arguments`` (the examples', a user's script's): the usage and the
+    error once, argparse's exit status 2, no traceback, no rank started."""
+    tool = tmp_path / "tool.py"
+    tool.write_text(CHECKED_TOOL)
+    target = [str(tool) if t == "{tool}" else t for t in target]
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "2", *target], ROOT, user_env(tmp_path), timeout=80)
+    text = done.stdout + done.stderr
+    assert done.returncode == 2, text[-6000:]
+    assert text.count(said) == 1 and text.count("usage:") == 1, text[-6000:]
+    assert "Traceback" not in text and "ChildFailedError" not in text, text[-6000:]
+
+
+@pytest.mark.timeout(90)
+def test_launch_sh_starts_the_ranks_of_arguments_that_parse(tmp_path: Path) -> None:
+    """The check lets right arguments through: a user's script with ``parse_arguments`` runs on both ranks with
+    them; a script without one is not checked (nor imported) and gets any argument."""
+    tool = tmp_path / "tool.py"
+    tool.write_text(CHECKED_TOOL)
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "2", tool, "--size", "3"], tmp_path, user_env(tmp_path),
+                       timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("RANK ")) == [
+        "RANK 0 SIZE 3", "RANK 1 SIZE 3"], done.stdout
+    plain = tmp_path / "plain.py"
+    plain.write_text(SHOW_ENV)
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "2", plain, "--anything"], tmp_path, user_env(tmp_path),
+                       timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("ARGS --anything") == 2, done.stdout
 
 
 @pytest.mark.timeout(120)
