@@ -41,7 +41,6 @@ line per job, then a summary; the job folders are kept for violations (``--keep`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -56,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _chaos_options import chaos_parser
 from chaos import free_port, rank_env
 
 HERE = Path(__file__).resolve().parent
@@ -253,16 +253,8 @@ def line(i: int, job: Job) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--faults", choices=["interrupt"], default="interrupt")
-    parser.add_argument("--jobs", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: a random one, printed)")
-    parser.add_argument("--job-seed", type=int, action="append", help="run the job of this seed again (repeatable)")
-    parser.add_argument("--timeout", type=float, default=4.0, help="the tuner's timeout T (s)")
+    parser = chaos_parser(__doc__.split("\n\n")[0], interrupt_driver=True)
     parser.add_argument("--slack", type=float, default=None, help="a call's bound past T (s; default T/2 + 2)")
-    parser.add_argument("--out", type=Path, default=None, help="write every job as JSON here")
-    parser.add_argument("--smoke", action="store_true", help="3 jobs")
-    parser.add_argument("--keep", action="store_true", help="keep every job's folder")
     parser.add_argument("--plan", type=json.loads, action="append", help="run this plan (JSON; a narrowed case)")
     args = parser.parse_args(argv)
     slack = args.slack if args.slack is not None else args.timeout / 2 + 2

@@ -40,7 +40,6 @@ summary; ``--out`` writes every job as JSON. The job folders are kept for violat
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -56,6 +55,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _chaos_options import chaos_parser
 
 HERE = Path(__file__).resolve().parent
 RANK_SCRIPT = HERE / "_chaos_rank.py"
@@ -410,16 +411,8 @@ def line(i: int, job: Job) -> str:
 
 
 def main() -> int:
-    if any(a.startswith("--faults") for a in sys.argv[1:]):  # (its own driver: benchmarks/_chaos_interrupt.py)
-        os.execv(sys.executable, [sys.executable, str(HERE / "_chaos_interrupt.py"), *sys.argv[1:]])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: a random one, printed)")
-    parser.add_argument("--job-seed", type=int, action="append", help="run the job of this seed again (repeatable)")
-    parser.add_argument("--timeout", type=float, default=4.0, help="the tuner's timeout T (s)")
-    parser.add_argument("--out", type=Path, default=None, help="write every job as JSON here")
-    parser.add_argument("--smoke", action="store_true", help="3 jobs")
-    parser.add_argument("--keep", action="store_true", help="keep every job's folder")
+    # --faults interrupt: benchmarks/_chaos_interrupt.py runs instead, with every argument (_chaos_options.HandOver)
+    parser = chaos_parser(__doc__.split("\n\n")[0], interrupt_driver=False)
     parser.add_argument("--launcher", choices=["torch", "mpi"], default="torch",
                         help="torchrun's variables and gloo (default), or mpiexec and an mpi4py communicator")
     args = parser.parse_args()
