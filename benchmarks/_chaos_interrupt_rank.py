@@ -106,8 +106,7 @@ def arm_write(spec: dict[str, Any], group: Any) -> None:
 
 
 def make_functions(me: int) -> dict[str, Any]:
-    import triton
-    import triton.language as tl
+    from _chaos_kernel import tuned_copy
 
     def key_of(x: torch.Tensor, **_: Any) -> tuple:
         return (x.numel(),)
@@ -119,26 +118,11 @@ def make_functions(me: int) -> dict[str, Any]:
         time.sleep(SLEEP_MS[v] / 1e3)
         return x * (v + 1)
 
-    def hook_of(index: int):
-        def hook(nargs: dict) -> None:
-            RAN.append(index)
-            time.sleep(SLEEP_MS[index] / 1e3)
-
-        return hook
-
-    @triton.autotune(configs=[triton.Config({"BLOCK": 16 << i}, pre_hook=hook_of(i)) for i in range(PLAN["configs"])],
-                     key=["n"])
-    @triton.jit
-    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+    copy = tuned_copy(PLAN["configs"], RAN.append, SLEEP_MS)
 
     @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2, sync_every=PLAN.get("sync_every"))
     def layer(x: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(x)
-        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
-        return out
+        return copy(x)
 
     return {"auto": work, "ctx": layer}
 

@@ -171,29 +171,13 @@ def tune_function() -> dict[str, int]:
 def tune_contextual() -> dict[str, int]:
     """``contextual_autotune`` around a ``triton.autotune`` kernel (one config per block size) and, in a collective
     plan, an all_reduce; each config's pre_hook sleeps and injects the fault (a call = a launch of the config)."""
-    import triton
-    import triton.language as tl
+    from _chaos_kernel import tuned_copy
 
-    def hook_of(index: int):
-        def hook(nargs: dict) -> None:
-            inject("call", index)
-            time.sleep(SLEEP_MS[index] / 1e3)
-
-        return hook
-
-    @triton.autotune(configs=[triton.Config({"BLOCK": 16 << i}, pre_hook=hook_of(i)) for i in range(PLAN["configs"])],
-                     key=["n"])
-    @triton.jit
-    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+    copy = tuned_copy(PLAN["configs"], lambda index: inject("call", index), SLEEP_MS)
 
     @tdt.contextual_autotune(is_dist=COMM[0] if COMM else True, n_warmup=1, n_repeat=2)
     def layer(x: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(x)
-        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
-        return collective(out)
+        return collective(copy(x))
 
     for n in PLAN["keys"]:
         layer(torch.ones(n))

@@ -1,11 +1,13 @@
 """The chaos drivers as their user runs them (``benchmarks/chaos.py``, and its interruption mode
-``benchmarks/_chaos_interrupt.py``): their ``--help``, ``--faults``' hand-over.
+``benchmarks/_chaos_interrupt.py``): their ``--help``, ``--faults``' hand-over, and a job of each driver whose
+``contextual_autotune`` function runs the Triton kernel both share (``benchmarks/_chaos_kernel.py``).
 
-Real processes, their folders under ``tmp_path``.
+Real processes: the drivers start real gloo ranks (CPU, Triton's interpreter), their folders under ``tmp_path``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -45,3 +47,39 @@ def test_chaos_help_lists_faults_and_faults_hands_over(tmp_path: Path) -> None:
     done = run_command([sys.executable, CHAOS, "--faults", "kill"], tmp_path, env, timeout=50)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "chaos.py: error: argument --faults: invalid choice: 'kill'" in done.stderr, done.stderr
+
+
+#: chaos.py's job of seed 51: 2 ranks, ``contextual_autotune`` with the collective, a RuntimeError injected on rank
+#: 1 at the 4th call of config 2 (by the kernel's pre_hook); the job of seed 143: the same without a fault
+CONTEXTUAL_SEEDS = ("51", "143")
+#: the interruption driver's plan: 2 ranks, the contextual function's two keys, no leaver (a control)
+CONTEXTUAL_PLAN = {"seed": 1, "ranks": 2, "shape": "ctx", "configs": 3, "sync_every": None, "leavers": [],
+                   "steps": [["ctx", 64], ["ctx", 128], ["ctx", 64]]}
+
+
+@pytest.mark.timeout(240)
+def test_each_drivers_contextual_job_runs_the_shared_kernel(tmp_path: Path) -> None:
+    """Both rank programs tune a ``contextual_autotune`` function around the same ``triton.autotune`` copy kernel,
+    each config's pre_hook calling the rank's own hook (chaos: the fault's injection; interrupt: the record of what
+    ran) and sleeping its time. A job of each runs to OK: the injected fault fired, the tuning call ran every
+    config and later calls of a decided key ran one."""
+    env = driver_env(tmp_path)
+    out = tmp_path / "chaos.json"
+    seeds = [arg for s in CONTEXTUAL_SEEDS for arg in ("--job-seed", s)]
+    done = run_command([sys.executable, CHAOS, *seeds, "--timeout", "4", "--out", out], tmp_path, env, timeout=200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    jobs = json.loads(out.read_text())["jobs"]
+    assert [j["plan"]["mode"] for j in jobs] == ["contextual", "contextual"], jobs
+    assert jobs[0]["fault_at"] is not None and jobs[1]["fault_at"] is None, done.stdout
+    assert all(not j["violations"] and [r["outcome"] for r in j["ranks"]] == ["ok", "ok"] for j in jobs), done.stdout
+
+    out = tmp_path / "interrupt.json"
+    done = run_command([sys.executable, CHAOS, "--faults", "interrupt", "--timeout", "4", "--out", out,
+                        "--plan", json.dumps(CONTEXTUAL_PLAN)], tmp_path, env, timeout=200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (job,) = json.loads(out.read_text())["jobs"]
+    assert not job["violations"], done.stdout
+    for rank in job["ranks"]:
+        calls = rank["calls"]
+        assert [c["outcome"] for c in calls] == ["ok", "ok", "ok"], calls
+        assert sorted(set(calls[0]["ran"])) == [0, 1, 2] and len(set(calls[2]["ran"])) == 1, calls
