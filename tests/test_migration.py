@@ -240,12 +240,41 @@ def test_a_kernels_own_benchmarking_left_unused_in_context_is_said_in_the_rank_l
         assert any("its own warmup=, rep=" in line for line in said), said
 
 
-def test_a_prune_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_path, monkeypatch):
-    """Triton-distributed calls ``prune_fn`` in the caller's stack: its error reaches the caller with its traceback
-    (``prune_fn_by_shared_memory`` and the line inside it). Here the group agrees on it and every rank raises one
-    ``BadInputError``, whose ``__cause__`` was None: only the text ``prune_fn raised IndexError: ...`` was left, no
-    frame of the user's code. Now the rank whose ``prune_fn`` raised chains that exception, as a tuning whose every
-    config failed chains the last one; the KeyError that the entry-shape hint explains is chained too."""
+def _prune_fn_by_shared_memory(config, a):
+    return config["gemm_config"][2] * a.element_size() < 48 * 1024  # a tuple of 2: IndexError
+
+
+def _prune_reading_the_field(config, a):
+    return config["BLOCK_SIZE_M"] * a.element_size() < 48 * 1024  # a field of the entry's Config: KeyError
+
+
+def _rows_of(a):
+    return a.shape[2]  # a 1-d tensor: IndexError
+
+
+#: a user callable that raises: the tuner's options that call it, what the agreed ``BadInputError`` says, the
+#: exception chained as its cause, and the function of the user's code in that cause's traceback
+USER_CALLABLE_RAISES = {
+    "prune_fn IndexError": ({"key_fn": lambda a: a.numel(), "prune_fn": _prune_fn_by_shared_memory},
+                            "prune_fn raised", IndexError, "_prune_fn_by_shared_memory"),
+    "prune_fn KeyError": ({"key_fn": lambda a: a.numel(), "prune_fn": _prune_reading_the_field},
+                          "prune_fn raised", KeyError, "_prune_reading_the_field"),
+    "key_fn tuned": ({"key_fn": lambda a: (_rows_of(a), a.dtype), "undecided": "tune"},
+                     "key_fn failed: IndexError", IndexError, "_rows_of"),
+    "key_fn served first": ({"key_fn": lambda a: (_rows_of(a), a.dtype), "undecided": "first"},
+                            "key_fn failed: IndexError", IndexError, "_rows_of"),
+}
+
+
+@pytest.mark.parametrize("case", list(USER_CALLABLE_RAISES))
+def test_a_prune_fn_or_key_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_path, monkeypatch, case):
+    """Triton-distributed calls ``prune_fn`` and ``key_fn`` in the caller's stack: their error reaches the caller
+    with its traceback (``prune_fn_by_shared_memory`` and the line inside it; ``key_fn`` and what it calls). Here
+    the group agrees on it and every rank raises one ``BadInputError`` (``prune_fn raised IndexError: ...``,
+    ``key_fn failed: IndexError: ...``), whose ``__cause__`` was None: only the text was left, no frame of the
+    user's code. Now the rank whose callable raised chains that exception, as a tuning whose every config failed
+    chains the last one: a ``prune_fn``'s IndexError, and the KeyError that the entry-shape hint explains; a
+    ``key_fn``'s, tuned or served by an ``undecided`` policy."""
     import traceback
 
     import torch
@@ -253,51 +282,15 @@ def test_a_prune_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_
     import triton_dist_tune as tdt
 
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    options, said, cause, frame = USER_CALLABLE_RAISES[case]
 
-    def prune_fn_by_shared_memory(config, a):
-        return config["gemm_config"][2] * a.element_size() < 48 * 1024  # a tuple of 2: IndexError
-
-    def prune_reading_the_field(config, a):
-        return config["BLOCK_SIZE_M"] * a.element_size() < 48 * 1024
-
-    for prune, cause in ((prune_fn_by_shared_memory, IndexError), (prune_reading_the_field, KeyError)):
-        @tdt.autotune([{"gemm_config": (64, 32)}, {"gemm_config": (128, 32)}], key_fn=lambda a: a.numel(),
-                      prune_fn=prune, name=f"chained_{prune.__name__}")
-        def gemm(a, *, gemm_config):
-            return a
-
-        with pytest.raises(tdt.BadInputError) as raised:
-            gemm(torch.ones(4))
-        assert "prune_fn raised" in str(raised.value), raised.value
-        assert isinstance(raised.value.__cause__, cause), repr(raised.value.__cause__)
-        frames = [f.name for f in traceback.extract_tb(raised.value.__cause__.__traceback__)]
-        assert prune.__name__ in frames, frames
-
-
-@pytest.mark.parametrize("undecided", ["tune", "first"])
-def test_a_key_fn_that_raises_gives_its_own_error_and_frames_as_the_cause(tmp_path, monkeypatch, undecided):
-    """As for ``prune_fn``: Triton-distributed calls ``key_fn`` in the caller's stack, so its error comes with the
-    traceback of ``key_fn`` and what it calls. Here every rank raises the agreed ``BadInputError`` (``key_fn failed:
-    IndexError: ...``), whose ``__cause__`` was None: no frame of the user's code. Now the rank whose ``key_fn``
-    raised chains the exception, tuned or served by an ``undecided`` policy."""
-    import traceback
-
-    import torch
-
-    import triton_dist_tune as tdt
-
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
-
-    def rows_of(a):
-        return a.shape[2]  # a 1-d tensor: IndexError
-
-    @tdt.autotune([{"c": 1}, {"c": 2}], key_fn=lambda a: (rows_of(a), a.dtype), undecided=undecided,
-                  name=f"key_chained_{undecided}")
-    def f(a, *, c):
+    @tdt.autotune([{"gemm_config": (64, 32)}, {"gemm_config": (128, 32)}], **options,
+                  name="chained_" + case.replace(" ", "_"))
+    def gemm(a, *, gemm_config):
         return a
 
     with pytest.raises(tdt.BadInputError) as raised:
-        f(torch.ones(4))
-    assert "key_fn failed: IndexError" in str(raised.value), raised.value
-    assert isinstance(raised.value.__cause__, IndexError), repr(raised.value.__cause__)
-    assert "rows_of" in [frame.name for frame in traceback.extract_tb(raised.value.__cause__.__traceback__)]
+        gemm(torch.ones(4))
+    assert said in str(raised.value), raised.value
+    assert isinstance(raised.value.__cause__, cause), repr(raised.value.__cause__)
+    assert frame in [f.name for f in traceback.extract_tb(raised.value.__cause__.__traceback__)]
