@@ -11,6 +11,7 @@ import difflib
 import inspect
 import math
 import operator
+import sys
 import unicodedata
 from typing import Any
 
@@ -208,3 +209,31 @@ def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str,
         parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
     raise BadInputError(f"{decorator}() got unknown option(s) {', '.join(parts)}; its options are "
                         f"{', '.join(sorted(known))}")
+
+
+def not_a_kernel(fn: Any, decorator: str) -> None:
+    """``fn`` must be a Python function, not a Triton kernel (``@triton.jit``, ``@triton.autotune``,
+    ``@triton.heuristics``): stacked where ``@triton.autotune`` stood, ``autotune`` took a jitted kernel for a
+    function (its ``kernel[grid](...)`` then failed with "'function' object is not subscriptable", its plain call
+    with every config failing inside the interpreter), and both decorators refused a ``@triton.autotune`` kernel
+    without saying what to write. Refused naming the kernel and what to decorate instead."""
+    jit = sys.modules.get("triton.runtime.jit")  # no Triton imported: fn is no Triton kernel
+    interface = getattr(jit, "KernelInterface", None)
+    if not isinstance(interface, type) or not isinstance(fn, interface):
+        return
+    inner = fn
+    while getattr(inner, "__name__", None) is None and getattr(inner, "fn", None) is not None:
+        inner = inner.fn  # an Autotuner or Heuristics wraps the jitted function as .fn
+    name = getattr(inner, "__name__", type(fn).__name__)
+    what = f"{decorator} decorates a Python function that launches kernels, not a Triton kernel ({name}: " \
+           f"{type(fn).__name__}, launched as {name}[grid](...))"
+    if decorator == "contextual_autotune":
+        instead = (f"keep @triton.autotune(configs=..., key=...) on the kernel and decorate the function that launches "
+                   f"it: @contextual_autotune(...) def run(x, ...): {name}[grid](x, ...); return ...")
+    else:
+        instead = (f"keep {name} a plain @triton.jit kernel and decorate a function that launches it with the "
+                   f"config's values: @autotune([{{'config': c}} for c in configs], key_fn=lambda x, n: n) "
+                   f"def run(x, n, *, config): {name}[grid](x, n, **config.all_kwargs()); or keep "
+                   f"@triton.autotune on the kernel and decorate the function that launches it with "
+                   f"contextual_autotune")
+    raise BadInputError(f"{what}: {instead}")

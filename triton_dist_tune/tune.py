@@ -98,6 +98,7 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
         undecided=undecided, distance=distance, search=search)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        checks.not_a_kernel(fn, "autotune")
         checks.runs_inside(fn, "autotune")
         with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
             return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)

@@ -134,6 +134,7 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
         return contextual_autotune()(is_dist)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        checks.not_a_kernel(fn, "contextual_autotune")
         checks.runs_inside(fn, "contextual_autotune")
         with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
             options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout,

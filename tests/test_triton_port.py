@@ -1,0 +1,48 @@
+"""Code ported from ``triton.autotune`` by a kernel author who has used it for years: what Triton's habits would
+get wrong here is refused or said when decorating, never left to a silent result. Decorator checks run in this
+process (they need no group); what a run does runs on real gloo ranks in Triton's interpreter
+(tests/scenarios/triton_port_cases.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def kernels():
+    """A plain jitted kernel, and the same kernel under @triton.autotune and under @triton.heuristics."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])(add_one)
+    heuristic = triton.heuristics({"BLOCK": lambda args: 64})(add_one)
+    return {"jit": add_one, "autotune": tuned, "heuristics": heuristic}
+
+
+@pytest.mark.parametrize("kind", ["jit", "autotune", "heuristics"])
+def test_a_triton_kernel_decorated_in_place_of_a_function_is_told_what_to_decorate(kind):
+    """``@tdt.autotune(...)`` stacked where ``@triton.autotune`` stood: before, a ``@triton.jit`` kernel was taken
+    for a function (``kernel[grid](...)`` then failed with "'function' object is not subscriptable", a plain call
+    with every config failing in the interpreter), and a ``@triton.autotune`` or ``@triton.heuristics`` kernel was
+    "decorates a function, got <Autotuner object ...>" with no word of what to write. Both decorators now refuse
+    any Triton kernel when decorating, naming it and what to decorate instead."""
+    import triton_dist_tune as tdt
+
+    kernel = kernels()[kind]
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"BLOCK": 64}, {"BLOCK": 128}], key_fn=lambda x, n: n)(kernel)
+    text = str(caught.value)
+    assert "not a Triton kernel (add_one: " in text and "**config.all_kwargs()" in text, text
+    assert "contextual_autotune" in text, text
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.contextual_autotune(n_warmup=1, n_repeat=1)(kernel)
+    text = str(caught.value)
+    assert "not a Triton kernel (add_one: " in text and "keep @triton.autotune" in text, text
