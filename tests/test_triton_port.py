@@ -46,3 +46,35 @@ def test_a_triton_kernel_decorated_in_place_of_a_function_is_told_what_to_decora
         tdt.contextual_autotune(n_warmup=1, n_repeat=1)(kernel)
     text = str(caught.value)
     assert "not a Triton kernel (add_one: " in text and "keep @triton.autotune" in text, text
+
+
+def test_hooks_written_for_triton_autotune_are_refused_when_decorating():
+    """A ``pre_hook(nargs, reset_only=False)`` / ``post_hook(nargs, exception)`` ported from ``triton.autotune``:
+    ``autotune`` calls ``hook(config, *args, **kwargs)``, so on a function of one argument the post-hook got the
+    config dict as ``nargs`` and the tensor as ``exception``, silently; on others every config failed with the
+    hook's TypeError or KeyError. Refused when decorating, saying how a hook is called; a function that has a
+    parameter of that name keeps such a hook."""
+    import triton_dist_tune as tdt
+
+    def one(x, *, BLOCK):
+        return x
+
+    def pre_hook(nargs, reset_only=False):
+        nargs["x"].zero_()
+
+    def post_hook(nargs, exception):
+        pass
+
+    space = [{"BLOCK": 64}, {"BLOCK": 128}]
+    for option, hook, marker in (("pre_hook", pre_hook, "reset_only"), ("post_hook", post_hook, "exception")):
+        with pytest.raises(tdt.BadInputError) as caught:
+            tdt.autotune(space, key_fn=lambda x: x.numel(), **{option: hook})(one)
+        text = str(caught.value)
+        assert f"takes {marker!r}, as triton.autotune's {option}(kwargs, {marker})" in text, text
+        assert f"{option}(config, *args, **kwargs)" in text, text
+
+    def with_exception(x, exception, *, BLOCK):
+        return x
+
+    tdt.autotune(space, key_fn=lambda x, exception: 0, post_hook=lambda config, x, exception: None)(with_exception)
+    tdt.autotune(space, key_fn=lambda x: 0, pre_hook=lambda config, *args, **kwargs: None)(one)

@@ -237,3 +237,32 @@ def not_a_kernel(fn: Any, decorator: str) -> None:
                    f"@triton.autotune on the kernel and decorate the function that launches it with "
                    f"contextual_autotune")
     raise BadInputError(f"{what}: {instead}")
+
+
+#: the parameters that mark a hook written for ``triton.autotune``: ``pre_hook(kwargs, reset_only)``,
+#: ``post_hook(kwargs, exception)``
+TRITON_HOOK_PARAMETERS = {"pre_hook": "reset_only", "post_hook": "exception"}
+
+
+def hook_signature(hook: Any, option: str, fn: Any) -> None:
+    """A ``pre_hook`` / ``post_hook`` of ``autotune`` is called ``hook(config, *args, **kwargs)``. One written for
+    ``triton.autotune`` (``pre_hook(nargs, reset_only=False)``, ``post_hook(nargs, exception)``: a parameter of
+    that name which ``fn`` does not have) would get the config dict as ``nargs`` and the call's first argument as
+    ``reset_only`` / ``exception``: silently wrong on a function of one argument, every config failing on others.
+    Refused when decorating, saying how this package calls a hook."""
+    marker = TRITON_HOOK_PARAMETERS[option]
+    if hook is None:
+        return
+    try:
+        names = inspect.signature(hook).parameters
+        own = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read: nothing to tell
+        return
+    if marker not in names or marker in own:
+        return
+    raise BadInputError(
+        f"{option} {getattr(hook, '__qualname__', hook)!r} takes {marker!r}, as triton.autotune's "
+        f"{option}(kwargs, {marker}) does; autotune calls {option}(config, *args, **kwargs): the config dict under "
+        f"test, then the call's own arguments as the call passed them (no dict of them, no {marker}"
+        + (", and post_hook runs after a run that raised too" if option == "post_hook" else "")
+        + f"). Write it as def {option}(config, *args, **kwargs) (or name the function's parameters)")
