@@ -78,3 +78,16 @@ def test_hooks_written_for_triton_autotune_are_refused_when_decorating():
 
     tdt.autotune(space, key_fn=lambda x, exception: 0, post_hook=lambda config, x, exception: None)(with_exception)
     tdt.autotune(space, key_fn=lambda x: 0, pre_hook=lambda config, *args, **kwargs: None)(one)
+
+
+def test_triton_key_names_given_as_key_fn_say_what_to_write():
+    """``autotune(configs, ['n'])``: Triton's ``key`` in ``key_fn``'s place was "key_fn must be callable" alone."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"BLOCK": 64}], ["n"])(lambda x, n, *, BLOCK: x)
+    text = str(caught.value)
+    assert "got ['n']: triton.autotune's key=[...] names arguments" in text and "key_fn=lambda" in text, text
+    assert "dtype" in text, text  # Triton adds the tensors' dtypes to its key; key_fn's key is what it returns
+    with pytest.raises(tdt.BadInputError, match=r"^key_fn must be callable, got 3$"):
+        tdt.autotune([{"BLOCK": 64}], 3)(lambda x, *, BLOCK: x)

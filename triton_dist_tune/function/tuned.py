@@ -65,7 +65,11 @@ class TunedFunction:
     def __init__(self, fn: Callable[..., Any], config_space: Sequence[dict[str, Any]],
                  key_fn: Callable[..., Hashable], prune_fn: Callable[..., bool] | None, options: TuneOptions) -> None:
         if not callable(key_fn):
-            raise BadInputError("key_fn must be callable")
+            raise BadInputError(f"key_fn must be callable, got {key_fn!r}" + (
+                ": triton.autotune's key=[...] names arguments; key_fn is a function of the call's arguments that "
+                "returns the key, e.g. key_fn=lambda x, n, **kw: (n, x.dtype) (Triton adds every tensor argument's "
+                "dtype to its key by itself; key_fn's key is what it returns)"
+                if isinstance(key_fn, (list, tuple)) and all(isinstance(k, str) for k in key_fn) else ""))
         if prune_fn is not None and not callable(prune_fn):
             raise BadInputError("prune_fn must be callable or None")
         self.fn = fn
