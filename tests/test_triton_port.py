@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from harness import HERE, describe, run_ranks, tuner_env
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+CASES = HERE / "scenarios" / "triton_port_cases.py"
 
 
 def kernels():
@@ -91,3 +94,26 @@ def test_triton_key_names_given_as_key_fn_say_what_to_write():
     assert "dtype" in text, text  # Triton adds the tensors' dtypes to its key; key_fn's key is what it returns
     with pytest.raises(tdt.BadInputError, match=r"^key_fn must be callable, got 3$"):
         tdt.autotune([{"BLOCK": 64}], 3)(lambda x, *, BLOCK: x)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(150)
+def test_a_config_pre_hook_the_ported_function_never_calls_is_said_when_decorating(tmp_path):
+    """A split-K kernel's ``triton.Config(..., pre_hook=zero_output)`` ported as docs/autotune.md says: Triton calls
+    the hook before every launch, ``**config.all_kwargs()`` leaves it out, and the tuner calls no config's hook, so
+    the ported function accumulated onto the caller's values (7 + 1 per rank, where Triton gives 1) with no word.
+    Now a ``UserWarning`` at the decorator's line names the entries; a function that calls ``config.pre_hook``
+    itself gets Triton's result and no warning."""
+    results = run_ranks(CASES, 2, ["config_pre_hook"], env=tuner_env(tmp_path, 30), timeout=120)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        res = r.result
+        assert len(res["unhooked"]) == 1, res
+        message, category, where = res["unhooked"][0]
+        assert category == "UserWarning" and where == "triton_port_cases.py", res  # the decorator's line
+        assert "config_space[0]['config'], config_space[1]['config']" in message, message
+        assert "**config.all_kwargs() leaves it out" in message and "config.pre_hook(" in message, message
+        assert res["hooked"] == [], res
+        ranks = res["ranks"]
+        assert res["values"]["hooked tuning"] == res["values"]["hooked decided"] == [1.0 * ranks], res
+        assert res["values"]["unhooked decided"] == [8.0 * ranks], res  # what the warning is about

@@ -266,3 +266,30 @@ def hook_signature(hook: Any, option: str, fn: Any) -> None:
         f"test, then the call's own arguments as the call passed them (no dict of them, no {marker}"
         + (", and post_hook runs after a run that raised too" if option == "post_hook" else "")
         + f"). Write it as def {option}(config, *args, **kwargs) (or name the function's parameters)")
+
+
+def _names_read(code: Any, depth: int = 0) -> set[str]:
+    """The attribute and global names ``code`` and the functions defined inside it read."""
+    names = set(getattr(code, "co_names", ()))
+    if depth < 8:
+        for const in getattr(code, "co_consts", ()):
+            if inspect.iscode(const):
+                names |= _names_read(const, depth + 1)
+    return names
+
+
+def config_hooks(space: Any, fn: Any, name: str) -> str | None:
+    """The warning for a ``config_space`` whose values hold a ``triton.Config`` with a ``pre_hook`` while ``fn``
+    reads no ``pre_hook`` (else None): ``triton.autotune`` calls a config's ``pre_hook`` before every launch (a
+    split-K kernel zeroing its output there), but ``**config.all_kwargs()`` leaves it out and this tuner calls no
+    config's hook, so the ported launch runs without it (an output accumulated onto the caller's values)."""
+    hooked = [f"config_space[{i}][{key!r}]" for i, config in enumerate(space) if isinstance(config, dict)
+              for key, value in config.items() if type(value).__name__ == "Config" and
+              callable(getattr(value, "pre_hook", None))]
+    if not hooked or "pre_hook" in _names_read(getattr(fn, "__code__", None)):
+        return None
+    shown = ", ".join(hooked[:3]) + (f" and {len(hooked) - 3} more" if len(hooked) > 3 else "")
+    return (f"{name}: {shown}: a triton.Config with a pre_hook, and {name} never calls one: triton.autotune calls "
+            "a config's pre_hook before every launch, but **config.all_kwargs() leaves it out and autotune calls no "
+            "config's hook, so the launch runs without it. Call it before the launch, as Triton does: "
+            "if config.pre_hook: config.pre_hook({'c_ptr': c, ...}) (the kernel's arguments by name)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -101,7 +102,11 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
         checks.not_a_kernel(fn, "autotune")
         checks.runs_inside(fn, "autotune")
         with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
-            return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)
+            tuner = Tuner(fn, config_space, key_fn, prune_fn, options())
+            lost = checks.config_hooks(tuner.space, fn, tuner.name)
+            if lost is not None:  # a triton.Config's pre_hook no launch would run: said at the decorator's line
+                warnings.warn(lost, UserWarning, stacklevel=2)
+            return _hot_path(tuner, fn, key_fn)
 
     return decorate
 
