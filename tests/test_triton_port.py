@@ -117,3 +117,16 @@ def test_a_config_pre_hook_the_ported_function_never_calls_is_said_when_decorati
         ranks = res["ranks"]
         assert res["values"]["hooked tuning"] == res["values"]["hooked decided"] == [1.0 * ranks], res
         assert res["values"]["unhooked decided"] == [8.0 * ranks], res  # what the warning is about
+
+
+def test_prune_configs_by_says_where_perf_model_and_top_k_went():
+    """``autotune(..., prune_configs_by={'perf_model': ..., 'top_k': 10})``: the hint named ``prune_fn`` alone, which
+    stands for ``early_config_prune``; a port of a perf model and ``top_k`` was told nothing of what replaces them."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"BLOCK": 64}], key_fn=lambda x: 0, prune_configs_by={"perf_model": None, "top_k": 10})
+    text = str(caught.value)
+    assert "prune_fn(config, *args, **kwargs)" in text and "perf_model and top_k have no counterpart" in text, text
+    assert "more than 64 kept configs is searched" in text, text
+

@@ -163,7 +163,9 @@ TRITON_NAMES = {
     "configs": "autotune's config_space, its first argument: a list of dicts of keyword arguments (a triton.Config "
                "may be a value)",
     "key": "autotune's key_fn: a function of the call's arguments that returns the key",
-    "prune_configs_by": "autotune's prune_fn(config, *args, **kwargs), True to keep a config",
+    "prune_configs_by": "autotune's prune_fn(config, *args, **kwargs), True to keep a config, for its "
+                        "early_config_prune; perf_model and top_k have no counterpart: a space of more than 64 kept "
+                        "configs is searched (search=, docs/search.md), not raced whole",
     "warmup": "n_warmup, a number of untimed runs (not milliseconds)",
     "rep": "n_repeat, the most rounds of the race (not milliseconds)",
     "do_bench": "none: the tuner times the calls itself (autotune's timing=)",
