@@ -130,3 +130,25 @@ def test_prune_configs_by_says_where_perf_model_and_top_k_went():
     assert "prune_fn(config, *args, **kwargs)" in text and "perf_model and top_k have no counterpart" in text, text
     assert "more than 64 kept configs is searched" in text, text
 
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_split_k_gemm_ported_from_triton_autotune_tunes_in_context_with_tritons_semantics(tmp_path, ranks):
+    """A port as a Triton user writes it: ``prune_configs_by`` (early prune, perf model, ``top_k``),
+    ``reset_to_zero``, two stacked ``@triton.heuristics``, configs with their own ``pre_hook``, ``num_ctas`` and
+    ``maxnreg``, a grid lambda reading ``META``, an all-reduce after the kernel; under ``TRITON_PRINT_AUTOTUNING``.
+    Every rank gets one GEMM's result in the tuning call and a decided one, and the same choice among the perf
+    model's top 3; the kernel keeps ``best_config`` and ``configs_timings``; group rank 0 prints Triton's summary."""
+    env = {**tuner_env(tmp_path, 30), "TRITON_PRINT_AUTOTUNING": "1"}
+    results = run_ranks(CASES, ranks, ["split_k"], env=env, timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        res = r.result
+        assert res["right"] == [True, True], res
+        assert res["tuned"] == [2, 5, 6] and res["index"] in (2, 5, 6) and res["timings"] == 3, res
+        assert all(res["hooks"].values()), res
+    assert len({r.result["best"] for r in results}) == 1, describe(results)
+    assert "Triton autotuning for function split_k_gemm" in results[0].stderr, results[0].stderr[-2000:]
+    assert all("Triton autotuning" not in r.stderr for r in results[1:]), describe(results)
+

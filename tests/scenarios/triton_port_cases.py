@@ -78,5 +78,78 @@ def config_pre_hook():
          hooked=[str(w.message) for w in hooked_warnings], values=values, ranks=dist.get_world_size())
 
 
+# -- a split-K GEMM as triton.autotune users write it, inside contextual_autotune ---------------------------------
+
+
+def zero_c(nargs: dict) -> None:
+    """The split configs' own ``pre_hook``: their atomic adds need a zeroed output."""
+    HOOKS["config pre_hook"] += 1
+    nargs["c_ptr"].zero_()
+
+
+def early_prune(configs: list, named_args: dict, **kwargs: object) -> list:
+    HOOKS["early_config_prune"] += 1
+    return [c for c in configs if named_args["K"] % (c.kwargs["BLOCK_K"] * c.kwargs["SPLIT_K"]) == 0]
+
+
+def perf_model(M: int, K: int, BLOCK_M: int, SPLIT_K: int, **kwargs: object) -> float:
+    HOOKS["perf_model"] += 1
+    return (M / BLOCK_M) * (K / SPLIT_K)
+
+
+HOOKS = dict.fromkeys(("config pre_hook", "early_config_prune", "perf_model"), 0)
+#: BLOCK_M 16 or 32, SPLIT_K 1, 2, 4 or 8 (8 x BLOCK_K 16 does not divide K = 64: pruned early); the perf model's
+#: top 3 are (32, 4), (16, 4) and (32, 2): indices 6, 2 and 5
+SPLIT_CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": k}, num_warps=4, num_ctas=1,
+                               maxnreg=128 if k == 2 else None, pre_hook=zero_c if k > 1 else None)
+                 for m in (16, 32) for k in (1, 2, 4, 8)]
+
+
+@triton.autotune(configs=SPLIT_CONFIGS, key=["M", "N", "K"], reset_to_zero=["c_ptr"],
+                 prune_configs_by={"early_config_prune": early_prune, "perf_model": perf_model, "top_k": 3})
+@triton.heuristics({"EVEN_K": lambda args: args["K"] % (args["BLOCK_K"] * args["SPLIT_K"]) == 0})
+@triton.heuristics({"ATOMIC": lambda args: args["SPLIT_K"] > 1})
+@triton.jit
+def split_k_gemm(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, ATOMIC: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
+        rk = (k * SPLIT_K + tl.program_id(2)) * BLOCK_K + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    where, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    if ATOMIC:
+        tl.atomic_add(c_ptr + where, acc, mask=mask)
+    else:
+        tl.store(c_ptr + where, acc, mask=mask)
+
+
+@case
+def split_k():
+    """The split-K GEMM above, its output all-reduced, tuned in context: every rank gets one GEMM's result (the
+    caller's 5s zeroed by ``reset_to_zero`` and the configs' ``pre_hook``), in the tuning call and a decided one."""
+    tdt.init_distributed()
+
+    @tdt.contextual_autotune(n_warmup=1, n_repeat=2)
+    def tp_gemm(a, b, c):
+        (M, K), N = a.shape, b.shape[1]
+        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"])  # noqa: E731
+        split_k_gemm[grid](a, b, c, M, N, K)
+        dist.all_reduce(c)
+        return c
+
+    torch.manual_seed(0)
+    a, b = torch.randn(32, 64), torch.randn(64, 16)
+    want = dist.get_world_size() * (a @ b)
+    right = [bool(torch.allclose(tp_gemm(a, b, torch.full((32, 16), 5.0)), want, atol=1e-3)) for _ in range(2)]
+    (decision,) = tp_gemm.tuner.decisions.values()
+    emit(right=right, tuned=sorted(row["index"] for row in decision["table"]), index=decision["index"],
+         best=str(split_k_gemm.best_config), timings=len(split_k_gemm.configs_timings),
+         hooks={name: count > 0 for name, count in HOOKS.items()})
+
+
 if __name__ == "__main__":
     main()
