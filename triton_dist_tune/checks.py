@@ -291,7 +291,8 @@ def config_hooks(space: Any, fn: Any, name: str) -> str | None:
     if not hooked or "pre_hook" in _names_read(getattr(fn, "__code__", None)):
         return None
     shown = ", ".join(hooked[:3]) + (f" and {len(hooked) - 3} more" if len(hooked) > 3 else "")
-    return (f"{name}: {shown}: a triton.Config with a pre_hook, and {name} never calls one: triton.autotune calls "
-            "a config's pre_hook before every launch, but **config.all_kwargs() leaves it out and autotune calls no "
-            "config's hook, so the launch runs without it. Call it before the launch, as Triton does: "
-            "if config.pre_hook: config.pre_hook({'c_ptr': c, ...}) (the kernel's arguments by name)")
+    return (f"{name}: {shown}: a triton.Config with a pre_hook, and {name}'s own code reads none: triton.autotune "
+            "calls a config's pre_hook before every launch, but **config.all_kwargs() leaves it out and autotune "
+            "calls no config's hook, so the launch runs without it. Call it before the launch, as Triton does: "
+            "if config.pre_hook: config.pre_hook({'c_ptr': c, ...}) (the kernel's arguments by name); a helper "
+            "function that calls it is not seen here")
