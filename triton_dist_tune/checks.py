@@ -158,6 +158,24 @@ def runs_inside(fn: Any, decorator: str) -> None:
                         f"outside the tuning. Decorate {instead}")
 
 
+def readable_signature(fn: Any, decorator: str) -> inspect.Signature:
+    """``fn``'s signature, which ``autotune`` needs: it passes each config by keyword and checks ``config_space``,
+    ``restore_value`` and ``reset_to_zero`` against the parameters. A callable whose parameters Python cannot tell
+    (a builtin such as ``max`` or ``getattr``, a C function without a text signature) is refused when decorating,
+    with what to decorate instead (``inspect``'s bare ``ValueError`` named neither the decorator nor a way out)."""
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        kind = "a builtin" if inspect.isbuiltin(fn) or isinstance(fn, type) else "a callable"
+        raise BadInputError(
+            f"{decorator} cannot tune {name}: it is {kind} whose parameters Python cannot read ({exc}), and the "
+            f"tuner needs them (it passes each config's values as keyword arguments, and checks config_space, "
+            f"restore_value and reset_to_zero against them). Decorate a Python function that calls it, with the "
+            f"tuned values as its keyword parameters: def tuned_{getattr(fn, '__name__', 'fn')}(x, *, choice): ..."
+        ) from None
+
+
 #: ``triton.autotune``'s names that the decorators spell otherwise (or do without), and what to write instead
 TRITON_NAMES = {
     "configs": "autotune's config_space, its first argument: a list of dicts of keyword arguments (a triton.Config "

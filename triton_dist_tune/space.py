@@ -147,6 +147,38 @@ def index_of(space: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> i
     return next((i for i, c in enumerate(space) if c is config), None)
 
 
+class SpaceEntry(dict):
+    """One config of a space as the tuner keeps it (``tuner.space``, and the values of ``tuner.decided``,
+    ``decided_in`` and ``best_configs``): a plain dict of keyword arguments, merged into each call as it is, whose
+    repr shows a ``triton.Config`` value by its fields (``{'gemm_config': Config(BLOCK_M: 64, num_warps: 4, ...)}``),
+    where Triton's own repr is ``<triton.runtime.autotuner.Config object at 0x...>``. Triton's ``Config`` has a
+    readable ``__str__`` but no ``__repr__`` (3.6 and 3.9 alike), and a dict shows its values' reprs; the values
+    themselves are the caller's objects, untouched, and Triton's class is never patched."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return readable(self)
+
+
+def readable(value: Any, depth: int = 0) -> str:
+    """``repr(value)``, with every ``triton.Config`` inside a dict, list or tuple written as ``Config(...)`` around
+    Triton's own ``str`` of it (its kwargs, then ``num_warps``, ``num_ctas``, ``num_stages``... as the installed
+    Triton names them), or by its kwargs and launch options where that ``str`` is the default one."""
+    if type(value).__name__ == "Config" and hasattr(value, "all_kwargs"):
+        if type(value).__str__ is not object.__str__:
+            return f"Config({value})"
+        return f"Config({', '.join(f'{k}: {v!r}' for k, v in value.all_kwargs().items())})"
+    if depth > 16:
+        return repr(value)
+    if isinstance(value, Mapping) and type(value).__repr__ in (dict.__repr__, SpaceEntry.__repr__):
+        return "{" + ", ".join(f"{readable(k, depth + 1)}: {readable(v, depth + 1)}" for k, v in value.items()) + "}"
+    if type(value) in (list, tuple):
+        inner = ", ".join(readable(v, depth + 1) for v in value)
+        return f"[{inner}]" if type(value) is list else f"({inner}{',' if len(value) == 1 else ''})"
+    return repr(value)
+
+
 def validate_space(config_space: Any) -> list[dict[str, Any]]:
     """Check a config space and return it as a list of dicts (raises :class:`BadInputError`)."""
     if isinstance(config_space, (str, bytes, Mapping)) or not isinstance(config_space, Sequence):
@@ -173,7 +205,7 @@ def validate_space(config_space: Any) -> list[dict[str, Any]]:
             text = describe(config)
             raise BadInputError(f"config_space[{i}] is described as {text[:120]!r}, which holds a memory address "
                                 "and differs between processes: use values with a stable repr")
-        space.append(dict(config))
+        space.append(SpaceEntry(config))
     return space
 
 
@@ -247,12 +279,28 @@ def _address_in(value: Any, depth: int = 0) -> bool:
 
 
 def check_space_signature(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], name: str) -> None:
-    """Raise :class:`BadInputError` when a config key is not a keyword ``fn`` accepts (checked when decorating,
-    where the signature says: a function with ``**kwargs`` accepts any key)."""
+    """Raise :class:`BadInputError` when a config key is not a keyword ``fn`` accepts (where the signature says: a
+    function with ``**kwargs`` accepts any key), or when some configs set a required parameter of ``fn`` (one
+    without a default) and others do not: those others could never run (a call may not pass a tuned parameter), and
+    were each measured only to fail with a ``TypeError``. Checked when decorating."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return
+    for p in params.values():
+        if p.default is not p.empty or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        lacking = [i for i, config in enumerate(space) if p.name not in config]
+        if lacking and len(lacking) < len(space):
+            setter = next(i for i, config in enumerate(space) if p.name in config)
+            shown = ", ".join(f"config_space[{i}] {describe(space[i])}" for i in lacking[:3])
+            more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+            kind = "keyword-only parameter" if p.kind is p.KEYWORD_ONLY else "parameter"
+            verb = "does" if len(lacking) == 1 else "do"
+            raise BadInputError(f"{name}: {shown}{more} {verb} not set {p.name!r}, a required {kind} of {name}() "
+                                f"(no default) that config_space[{setter}] sets: such a config could never run (a "
+                                f"call may not pass a tuned parameter). Set {p.name!r} in every config, or give it a "
+                                f"default in {name}()'s signature")
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     accepted = {n for n, p in params.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -289,6 +337,27 @@ def check_call(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], args:
     if positional:
         raise BadInputError(f"{name}: the tuned parameters {positional} were passed by position; the tuner passes "
                             "them by keyword from each config: leave them out of the call")
+
+
+def unfit_call(fn: Callable[..., Any], tuned: frozenset[str], args: tuple, kwargs: Mapping[str, Any],
+               name: str) -> str | None:
+    """What is wrong with a call that no config can make whole, else None: its arguments with the tuned parameters
+    (``tuned``, every name a config sets) do not bind to ``fn``'s signature, most often a required parameter that
+    neither the call nor any config gives (``ctx``, with every config setting only ``gemm_config``). Every config's
+    run would raise the same ``TypeError``; said before any is run, as the call's mistake it is."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # (refused when decorating: ``checks.readable_signature``)
+        return None
+    try:
+        signature.bind(*args, **{**dict.fromkeys(tuned), **kwargs})
+    except TypeError as exc:
+        missing = re.search(r"missing a required (?:keyword-only )?argument: '(\w+)'", str(exc))
+        if missing is not None:
+            return (f"{name}: this call lacks {missing.group(1)!r}, a required argument of {name}() that no config "
+                    f"sets: pass it in the call ({missing.group(1)}=...), or set it in every config")
+        return f"{name}: this call does not fit {name}{signature}, whatever the config: {exc}"
+    return None
 
 
 def check_no_clash(config: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:  # autotune=False path

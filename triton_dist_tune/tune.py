@@ -76,7 +76,9 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
 
     Only work done inside the call is tuned: a generator function, a coroutine function or an async generator is a
     :class:`~triton_dist_tune.errors.BadInputError` when decorating (their work runs after the call returns), and
-    so is an option the decorator does not have (naming the nearest one: ``restore_valu`` -> ``restore_value``).
+    so is an option the decorator does not have (naming the nearest one: ``restore_valu`` -> ``restore_value``), a
+    callable whose parameters Python cannot read (a builtin such as ``max``), and a config that leaves out a required
+    parameter other configs set.
     """
     checks.no_unknown_options(unknown, _OPTIONS, "autotune")  # ``configs=``, ``key=`` (triton.autotune's): named
     if config_space is None:
@@ -101,6 +103,7 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         checks.not_a_kernel(fn, "autotune")
         checks.runs_inside(fn, "autotune")
+        checks.readable_signature(fn, "autotune")  # a builtin without one (max): said here, not by inspect
         with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
             tuner = Tuner(fn, config_space, key_fn, prune_fn, options())
             lost = checks.config_hooks(tuner.space, fn, tuner.name)

@@ -17,7 +17,7 @@ from ..group.calls import calling
 from ..group.channel import Group
 from ..group.resolve import find_group, resolve_group
 from ..measure.replicas import Layout
-from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps
+from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps, unfit_call
 from .cached_alone import cached_alone
 from .cached_keys import cached_keys
 from .options import TuneOptions
@@ -142,6 +142,9 @@ class Tuner(TunedFunction):
             if config is not None and problem:
                 raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
             if config is None:
+                # a call no config can make whole (a required argument neither it nor any config gives): every
+                # config would fail alike, so the call's mistake is said, agreed like the others, before any runs
+                problem = problem or unfit_call(self.fn, self.space_names, args, kwargs, self.name)
                 tuned = tuning()
                 tuned.agreed = lambda chosen: self._decided(table, slot, group, key, chosen)
                 config = tuned.run(key_error, problem or env_problem)

@@ -71,6 +71,7 @@ from .decide import (
     served,
     warn_if_another_group_chose_otherwise,
 )
+from .failures import say_failures
 from .measuring import measuring
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
@@ -136,9 +137,8 @@ class Tuning:
             decision = self._tune(kept)
         finally:
             random_state.put_back()
-        if group.rank == 0 and logs.printing_enabled(self.verbose):
-            logs.print_summary(tuner.name, self.key_text, group, decision,
-                               self.not_written or tuner.cache.path(self.entry))
+        if group.rank == 0:
+            on_console(self, decision)
         return tuner.space[decision.index]
 
     def _agree(self, key_error: str | None, problem: str | None) -> None:
@@ -385,6 +385,18 @@ class Tuning:
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""
         return index, self.tuner.space[index], self.tuner.descriptions[index]
+
+
+def on_console(tuning: Tuning, decision: Decision) -> None:
+    """Group rank 0, after a tuning: its summary where printing is on (``autotune_verbose``,
+    ``TRITON_PRINT_AUTOTUNING``), whose table lists the failed configs; else the failed configs alone, in one
+    warning (:mod:`.failures`: each error once per function)."""
+    tuner = tuning.tuner
+    if logs.printing_enabled(tuning.verbose):
+        logs.print_summary(tuner.name, tuning.key_text, tuning.group, decision,
+                           tuning.not_written or tuner.cache.path(tuning.entry))
+    else:
+        say_failures(tuner.name, tuning.label, decision, tuner.failures_said)
 
 
 def cache_hit(tuning: Tuning, found: int, record: Any) -> dict[str, Any]:

@@ -1,0 +1,72 @@
+"""The console's word on the configs a tuning left out because they failed (their runs raised, or gave a wrong
+result).
+
+Each failure is in every rank's log as it happens (``config N FAILED (rank r: error): config``). Without
+``autotune_verbose`` nor ``TRITON_PRINT_AUTOTUNING`` (whose table lists each failed config and its error) the
+console heard nothing of them: a config that raised a ``TypeError`` for a reason of the user's looked like a slow
+config that lost. So group rank 0 says them, once, after the decision, in one warning of the ``triton_dist_tune``
+logger, as the tuner's other warnings (on stderr where logging is not set up;
+``logging.getLogger("triton_dist_tune").setLevel(logging.ERROR)`` silences them). The other ranks say nothing.
+
+Never a flood: one line per distinct error (the other configs that raised it numbered on that line), at most
+:data:`SHOWN` lines, then one line counting the rest; an error said before for the same function (another key of
+it, a campaign's next key) is not said again. Only what every rank already has is read (the decision's outcomes):
+nothing is exchanged, and which configs are kept and the ranks' agreement are as before. Where every config failed,
+the ``AllConfigsFailedError`` every rank raises says each error instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..disk import logs
+from ..records import Decision, Outcome
+
+log = logging.getLogger("triton_dist_tune")
+
+#: the distinct errors one warning shows, each on a line of its own; the rest are counted on one more line
+SHOWN = 3
+#: the longest error text shown on a line (its first line only; the rank logs hold it whole)
+ERROR_CHARS = 240
+#: the distinct errors a function remembers having said (past this, the oldest are forgotten)
+REMEMBERED = 256
+
+
+def say_failures(name: str, label: str, decision: Decision, said: dict[str, None]) -> None:
+    """Group rank 0, after ``decision`` (a config chosen): warn of the configs that failed, one line per distinct
+    error not in ``said`` (the function's errors said before, kept in order; updated here)."""
+    failed = [o for o in decision.outcomes if o.state == "failed"]
+    by_error: dict[str, list[Outcome]] = {}
+    for outcome in failed:
+        by_error.setdefault(outcome.error or "?", []).append(outcome)
+    new = {error: outcomes for error, outcomes in by_error.items() if error not in said}
+    if not new:
+        return
+    for error in new:
+        said[error] = None
+    while len(said) > REMEMBERED:
+        del said[next(iter(said))]
+    lines = [_line(error, outcomes) for error, outcomes in list(new.items())[:SHOWN]]
+    rest = list(new.values())[SHOWN:]
+    if rest:
+        lines.append(f"  and {sum(map(len, rest))} more config(s) with {len(rest)} other error(s)")
+    earlier = len(failed) - sum(map(len, new.values()))
+    again = f"; {earlier} more with error(s) said before for {name}" if earlier else ""
+    log.warning("triton_dist_tune: %s %d of %d config(s) failed and were left out of the choice%s; every failure "
+                "is in the rank logs (%s):\n%s", label, len(failed), len(decision.outcomes), again, logs.logs_text(),
+                "\n".join(lines))
+
+
+def _line(error: str, outcomes: Sequence[Outcome]) -> str:
+    """One line of the warning: the first config that raised ``error``, its description, the error (its first line,
+    cut at :data:`ERROR_CHARS`), and how many others raised it too."""
+    first = outcomes[0]
+    text = error.splitlines()[0] if error.strip() else "?"
+    if len(text) > ERROR_CHARS or text != error.strip():
+        text = f"{text[:ERROR_CHARS]} [...]"
+    others = [o.index for o in outcomes[1:]]
+    shown = ", ".join(map(str, others[:8])) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+    also = f" (and config(s) {shown}, with the same error)" if others else ""
+    earlier = " (in an earlier attempt, read from its journal)" if first.resumed else ""
+    return f"  config {first.index} {first.config}: {text}{earlier}{also}"
