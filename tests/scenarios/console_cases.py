@@ -134,5 +134,37 @@ def missing_argument():
     emit(second=out[0].item(), runs=len(runs))
 
 
+def _refuse_wide(nargs):
+    """Config 1's pre_hook (BLOCK 64): a Python error of that config alone."""
+    raise ValueError("BLOCK 64 needs an aligned buffer")
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64}, pre_hook=_refuse_wide),
+                          triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def _tiled_scale(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+
+
+@case
+def contextual_failing_config():
+    """``contextual_autotune`` around a stock ``@triton.autotune`` kernel whose config 1 raises (its pre_hook): rank
+    0 says it once, after the (kernel, key)'s decision; rank 1 says nothing; both keep the same choice."""
+    tdt.init_distributed()
+
+    @tdt.contextual_autotune(n_warmup=1, n_repeat=2)
+    def scaled(x):
+        out = torch.empty_like(x)
+        _tiled_scale[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel(), 2.0)
+        dist.all_reduce(out)
+        return out
+
+    y = scaled(torch.ones(200))
+    decision = next(iter(scaled.tuner.decisions.values()))
+    emit(y0=y[0].item(), chosen=decision["index"], states=[row["state"] for row in decision["table"]])
+
+
 if __name__ == "__main__":
     main()

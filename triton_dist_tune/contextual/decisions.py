@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import settings
 from ..disk import logs
+from ..disk.failures import say_failures
 from ..records import LEAST
 from . import intercept, report
 from .schedule import Track
@@ -110,8 +111,12 @@ def _store(session: CallState, track: Track, ms: float | None) -> None:
     except (OSError, ValueError) as exc:
         log.warning("triton_dist_tune: could not write the contextual cache (%s)", exc)
         written = f"none written ({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc})"
-    if logs.printing_enabled(None):
+    if logs.printing_enabled(None):  # its table lists the failed configs; else they are said in one warning
         _print_summary(session, track, written)
+    else:
+        name = session.tuner.options.name
+        say_failures(name, f"[{name} kernel={track.name} key={track.key_text}]", report.outcomes(track),
+                     session.tuner.failures_said)
 
 
 def _print_summary(session: CallState, track: Track, written: Path | str) -> None:

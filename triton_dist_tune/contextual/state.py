@@ -77,6 +77,8 @@ class TunerState:
         self.window_end: dict[tuple, int] = {}
         #: group identity -> the keys every rank offered at that agreement (the window ends once all are decided)
         self.offered: dict[tuple, list[TrackId]] = {}
+        #: the configs' errors group rank 0 has said on the console (:mod:`~triton_dist_tune.disk.failures`)
+        self.failures_said: dict[str, None] = {}
 
     # the order of calls from several threads (ContextualTuner's): a hot call that settles new keys is in flight
     # from its first undecided launch to its end, and takes the group's turn once every call before it has ended

@@ -109,7 +109,7 @@ class TunedFunction:
         #: the function talks to no other rank (``sharded=True``, or a ``local=True`` campaign said so): a config
         #: served for an undecided key is this rank's own choice, not agreed with the group
         self.rank_local = False
-        #: the configs' errors group rank 0 has said on the console (:mod:`.failures`): each said once, in order
+        #: the configs' errors group rank 0 has said on the console (:mod:`~triton_dist_tune.disk.failures`)
         self.failures_said: dict[str, None] = {}
 
     def forget_alone(self) -> None:

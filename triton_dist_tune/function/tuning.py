@@ -33,6 +33,7 @@ from typing import Any
 from .. import settings
 from ..disk import logs
 from ..disk.cache import entry_id
+from ..disk.failures import say_failures
 from ..errors import (
     AllConfigsFailedError,
     AutotuneError,
@@ -71,7 +72,6 @@ from .decide import (
     served,
     warn_if_another_group_chose_otherwise,
 )
-from .failures import say_failures
 from .measuring import measuring
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
@@ -390,13 +390,13 @@ class Tuning:
 def on_console(tuning: Tuning, decision: Decision) -> None:
     """Group rank 0, after a tuning: its summary where printing is on (``autotune_verbose``,
     ``TRITON_PRINT_AUTOTUNING``), whose table lists the failed configs; else the failed configs alone, in one
-    warning (:mod:`.failures`: each error once per function)."""
+    warning (:mod:`~triton_dist_tune.disk.failures`: each error once per function)."""
     tuner = tuning.tuner
     if logs.printing_enabled(tuning.verbose):
         logs.print_summary(tuner.name, tuning.key_text, tuning.group, decision,
                            tuning.not_written or tuner.cache.path(tuning.entry))
     else:
-        say_failures(tuner.name, tuning.label, decision, tuner.failures_said)
+        say_failures(tuner.name, tuning.label, decision.outcomes, tuner.failures_said)
 
 
 def cache_hit(tuning: Tuning, found: int, record: Any) -> dict[str, Any]:

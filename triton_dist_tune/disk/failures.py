@@ -1,5 +1,5 @@
 """The console's word on the configs a tuning left out because they failed (their runs raised, or gave a wrong
-result).
+result), for both tuners: ``autotune``'s keys and ``contextual_autotune``'s (kernel, key)s.
 
 Each failure is in every rank's log as it happens (``config N FAILED (rank r: error): config``). Without
 ``autotune_verbose`` nor ``TRITON_PRINT_AUTOTUNING`` (whose table lists each failed config and its error) the
@@ -9,10 +9,10 @@ logger, as the tuner's other warnings (on stderr where logging is not set up;
 ``logging.getLogger("triton_dist_tune").setLevel(logging.ERROR)`` silences them). The other ranks say nothing.
 
 Never a flood: one line per distinct error (the other configs that raised it numbered on that line), at most
-:data:`SHOWN` lines, then one line counting the rest; an error said before for the same function (another key of
-it, a campaign's next key) is not said again. Only what every rank already has is read (the decision's outcomes):
-nothing is exchanged, and which configs are kept and the ranks' agreement are as before. Where every config failed,
-the ``AllConfigsFailedError`` every rank raises says each error instead.
+:data:`SHOWN` lines, then one line counting the rest; an error said before for the same decorated function
+(another key of it, a campaign's next key, another kernel it launches) is not said again. Only what every rank
+already has is read (the decision's outcomes): nothing is exchanged, and which configs are kept and the ranks'
+agreement are as before. Where every config failed, the error every rank raises says each error instead.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..disk import logs
-from ..records import Decision, Outcome
+from ..records import Outcome
+from . import logs
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -33,28 +33,30 @@ ERROR_CHARS = 240
 REMEMBERED = 256
 
 
-def say_failures(name: str, label: str, decision: Decision, said: dict[str, None]) -> None:
-    """Group rank 0, after ``decision`` (a config chosen): warn of the configs that failed, one line per distinct
-    error not in ``said`` (the function's errors said before, kept in order; updated here)."""
-    failed = [o for o in decision.outcomes if o.state == "failed"]
+def say_failures(name: str, label: str, outcomes: Sequence[Outcome], said: dict[str, None]) -> None:
+    """Group rank 0, after a decision of the function ``name`` (a config chosen from ``outcomes``, the decision's,
+    every rank's alike): warn of the configs that failed, one line per distinct error not in ``said`` (the
+    function's errors said before, kept in order; updated here)."""
+    failed = [o for o in outcomes if o.state == "failed"]
     by_error: dict[str, list[Outcome]] = {}
     for outcome in failed:
         by_error.setdefault(outcome.error or "?", []).append(outcome)
-    new = {error: outcomes for error, outcomes in by_error.items() if error not in said}
+    new = {error: failing for error, failing in by_error.items() if error not in said}
     if not new:
         return
     for error in new:
         said[error] = None
     while len(said) > REMEMBERED:
         del said[next(iter(said))]
-    lines = [_line(error, outcomes) for error, outcomes in list(new.items())[:SHOWN]]
+    lines = [_line(error, failing) for error, failing in list(new.items())[:SHOWN]]
     rest = list(new.values())[SHOWN:]
     if rest:
         lines.append(f"  and {sum(map(len, rest))} more config(s) with {len(rest)} other error(s)")
     earlier = len(failed) - sum(map(len, new.values()))
     again = f"; {earlier} more with error(s) said before for {name}" if earlier else ""
-    log.warning("triton_dist_tune: %s %d of %d config(s) failed and were left out of the choice%s; every failure "
-                "is in the rank logs (%s):\n%s", label, len(failed), len(decision.outcomes), again, logs.logs_text(),
+    tried = sum(o.state != "pruned" for o in outcomes)
+    log.warning("triton_dist_tune: %s %d of the %d config(s) tried failed and were left out of the choice%s; every "
+                "failure is in the rank logs (%s):\n%s", label, len(failed), tried, again, logs.logs_text(),
                 "\n".join(lines))
 
 
