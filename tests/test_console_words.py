@@ -5,6 +5,7 @@ real Triton kernels in the interpreter; the scenarios are in tests/scenarios/con
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 
@@ -138,6 +139,19 @@ def test_a_config_lacking_a_required_parameter_others_set_is_refused_when_decora
     def g(x, *, ctx, BLOCK, num_warps=4):
         return x
 
+    def warps_default(inner):  # a wrapper that supplies what its function requires: the call's signature is its own
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            kwargs.setdefault("num_warps", 4)
+            return inner(*args, **kwargs)
+
+        return wrapper
+
+    @tdt.autotune([{"BLOCK": 64, "num_warps": 8}, {"BLOCK": 128}], key_fn=lambda x: None)
+    @warps_default
+    def h(x, *, BLOCK, num_warps):
+        return x
+
 
 @pytest.mark.timeout(200)
 def test_a_call_lacking_a_required_argument_no_config_gives_is_named_on_every_rank_before_any_run(tmp_path):
@@ -151,6 +165,14 @@ def test_a_call_lacking_a_required_argument_no_config_gives_is_named_on_every_ra
         assert "rank 1: this call lacks 'ctx', a required argument of ag_gemm() that no config sets" in first["error"]
         assert "pass it in the call (ctx=...)" in first["error"], first
         assert second["second"] == 2.0 and second["runs"] > 0, describe(results)
+
+
+@pytest.mark.timeout(200)
+def test_a_wrapper_that_supplies_the_argument_is_not_second_guessed(tmp_path):
+    """The call check binds the call to the decorated callable's own signature: a ``functools.wraps`` wrapper that
+    passes ``ctx`` itself tunes (its wrapped function's signature requires ``ctx``, the call does not give it)."""
+    done = alone("wrapper_supplies_argument", tmp_path)
+    assert '"out": 3.0' in done.stdout, done.stderr[-3000:]
 
 
 def _no_signature_builtin():

@@ -282,12 +282,15 @@ def check_space_signature(fn: Callable[..., Any], space: Sequence[Mapping[str, A
     """Raise :class:`BadInputError` when a config key is not a keyword ``fn`` accepts (where the signature says: a
     function with ``**kwargs`` accepts any key), or when some configs set a required parameter of ``fn`` (one
     without a default) and others do not: those others could never run (a call may not pass a tuned parameter), and
-    were each measured only to fail with a ``TypeError``. Checked when decorating."""
+    were each measured only to fail with a ``TypeError``; required as ``fn``'s own signature says, the one Python
+    checks at the call (a ``functools.wraps`` wrapper may supply what its wrapped function requires). Checked when
+    decorating."""
     try:
         params = inspect.signature(fn).parameters
+        own = inspect.signature(fn, follow_wrapped=False).parameters
     except (TypeError, ValueError):
         return
-    for p in params.values():
+    for p in own.values():
         if p.default is not p.empty or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
         lacking = [i for i, config in enumerate(space) if p.name not in config]
@@ -344,9 +347,11 @@ def unfit_call(fn: Callable[..., Any], tuned: frozenset[str], args: tuple, kwarg
     """What is wrong with a call that no config can make whole, else None: its arguments with the tuned parameters
     (``tuned``, every name a config sets) do not bind to ``fn``'s signature, most often a required parameter that
     neither the call nor any config gives (``ctx``, with every config setting only ``gemm_config``). Every config's
-    run would raise the same ``TypeError``; said before any is run, as the call's mistake it is."""
+    run would raise the same ``TypeError``; said before any is run, as the call's mistake it is. The signature is
+    ``fn``'s own, the one Python checks at the call: a wrapper (``functools.wraps``) taking ``*args, **kwargs``
+    may supply or take arguments its wrapped function's signature does not show, and is never second-guessed."""
     try:
-        signature = inspect.signature(fn)
+        signature = inspect.signature(fn, follow_wrapped=False)
     except (TypeError, ValueError):  # (refused when decorating: ``checks.readable_signature``)
         return None
     try:

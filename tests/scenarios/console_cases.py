@@ -134,6 +134,27 @@ def missing_argument():
     emit(second=out[0].item(), runs=len(runs))
 
 
+@case
+def wrapper_supplies_argument():
+    """A ``functools.wraps`` wrapper that supplies ``ctx`` itself, around a function that requires it: its calls
+    without ``ctx`` tune (the wrapped function's signature is not the one Python checks at the call)."""
+    import functools
+
+    def with_context(inner):
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            return inner(*args, ctx=3.0, **kwargs)
+
+        return wrapper
+
+    @tdt.autotune([{"gemm_config": b} for b in (16, 32)], key_fn=lambda x, **_: x.numel(), n_warmup=1, n_repeat=2)
+    @with_context
+    def ag_gemm(x, *, ctx, gemm_config):
+        return x * ctx
+
+    emit(out=ag_gemm(torch.ones(4))[0].item())
+
+
 def _refuse_wide(nargs):
     """Config 1's pre_hook (BLOCK 64): a Python error of that config alone."""
     raise ValueError("BLOCK 64 needs an aligned buffer")
