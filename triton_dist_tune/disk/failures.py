@@ -18,8 +18,10 @@ agreement are as before. Where every config failed, the error every rank raises 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 
+from ..errors import per_rank
 from ..records import Outcome
 from . import logs
 
@@ -64,6 +66,7 @@ def _line(error: str, outcomes: Sequence[Outcome]) -> str:
     """One line of the warning: the first config that raised ``error``, its description, the error (its first line,
     cut at :data:`ERROR_CHARS`), and how many others raised it too."""
     first = outcomes[0]
+    error = _ranks_alike(error)
     text = error.splitlines()[0] if error.strip() else "?"
     if len(text) > ERROR_CHARS or text != error.strip():
         text = f"{text[:ERROR_CHARS]} [...]"
@@ -72,3 +75,18 @@ def _line(error: str, outcomes: Sequence[Outcome]) -> str:
     also = f" (and config(s) {shown}, with the same error)" if others else ""
     earlier = " (in an earlier attempt, read from its journal)" if first.resumed else ""
     return f"  config {first.index} {first.config}: {text}{earlier}{also}"
+
+
+#: where one rank's part of an error starts (``rank r: ...; rank s: ...``, as the exchanges join them)
+_RANK_PART = re.compile(r"(?:^|; )rank (\d+): ")
+
+
+def _ranks_alike(error: str) -> str:
+    """``error`` with the ranks that raised the same text named once, ``ranks [0, 1]: ValueError: ...``, where every
+    rank's part of it was written out (a config failing alike on 8 ranks was 8 copies of one line)."""
+    marks = list(_RANK_PART.finditer(error))
+    if not marks or marks[0].start() != 0:
+        return error
+    parts = [(int(m.group(1)), error[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(error)])
+             for i, m in enumerate(marks)]
+    return per_rank(parts)
