@@ -621,6 +621,43 @@ def test_a_rank_that_called_with_autotune_false_is_among_the_causes_its_peer_is_
     assert second == {"ok": 8}, second  # config_space[0], m = 1
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("tuner", "causes", "not_said"), [
+    ("autotune", ["called the tuned function with another autotune_pg or key, or with autotune=False"],
+     ["contextual_autotune", "is_dist"]),
+    ("contextual", ["did not make this call of the contextual_autotune function: they called it fewer times than "
+                    "this rank (or never), or on another group (its is_dist= another group, or False, on those "
+                    "ranks)"], ["autotune_pg", "autotune=False"]),
+])
+def test_a_rank_that_never_calls_is_told_with_the_causes_of_the_tuner_that_waited(tmp_path, tuner, causes, not_said):
+    """Rank 1 never calls the tuned function rank 0 tunes on the default group (T = 4 s): rank 0's
+    GroupTimeoutError names rank 1 and the causes of the tuner whose call waited. Before, a contextual_autotune
+    function's wait named autotune's (another autotune_pg or key, autotune=False: options it does not have) and not
+    its own (a rank that called it fewer times, or on another group by is_dist=)."""
+    results = run_ranks(CASES, 2, [f"{tuner}_never_called_on_rank_1"], env=tuner_env(tmp_path, 4), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    said = results[0].result
+    assert said["error"] == "GroupTimeoutError", said
+    assert "for group ranks [1] (global [1]), which never arrived: they crashed, hung, or " in said["message"], said
+    assert all(cause in said["message"] for cause in causes), said
+    assert not any(word in said["message"] for word in not_said), said
+    assert results[1].results == [], results[1].results  # (rank 1 never called it)
+
+
+def test_the_causes_a_wait_names_are_the_innermost_tuners_and_restored_as_its_call_ends():
+    """An ``autotune`` call inside a contextual function's run marks its exchanges as autotune's, and the run's own
+    exchanges after it are the contextual function's again (``said_as``, one thread)."""
+    from triton_dist_tune.group.store_texts import LATE_CAUSES, late_causes, said_as
+
+    assert late_causes() == LATE_CAUSES["autotune"]  # outside any call: autotune's, as before the marks
+    with said_as("contextual"):
+        assert late_causes() == LATE_CAUSES["contextual"]
+        with said_as("autotune"):
+            assert late_causes() == LATE_CAUSES["autotune"]
+        assert late_causes() == LATE_CAUSES["contextual"]
+    assert late_causes() == LATE_CAUSES["autotune"]
+
+
 @pytest.mark.timeout(200)
 def test_a_rank_interrupted_after_its_tunings_last_exchange_leaves_the_next_tuning_alone(tmp_path):
     """A rank is interrupted after the last exchange of its tuning, inside the group's turn (its rank log's handler

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import triton
 from _cases import case, emit, main, outcome, waited_for
-from _kernels import increment
+from _kernels import copying_layer, increment
 
 import triton_dist_tune as tdt
 
@@ -62,6 +62,32 @@ def autotune_false_on_one_rank():
         return n * m
 
     emit(**outcome(f, 8, autotune=rank == 0))
+    dist.barrier()
+
+
+@case
+def autotune_never_called_on_rank_1():
+    """Rank 1 never calls the ``autotune`` function that rank 0 tunes on the default group: rank 0's wait runs out
+    naming rank 1 and autotune's causes; rank 1 waits for it at a barrier."""
+    tdt.init_distributed(backend="gloo")
+
+    @tdt.autotune([{"m": m} for m in (1, 2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1)
+    def f(n, *, m):
+        return n * m
+
+    if dist.get_rank() == 0:
+        emit(**outcome(f, 8))
+    dist.barrier()
+
+
+@case
+def contextual_never_called_on_rank_1():
+    """Rank 1 never calls the ``contextual_autotune`` function that rank 0 tunes on the default group: rank 0's
+    wait runs out naming rank 1 and a contextual function's causes; rank 1 waits for it at a barrier."""
+    tdt.init_distributed(backend="gloo")
+    layer = copying_layer(n_warmup=0, n_repeat=1)
+    if dist.get_rank() == 0:
+        emit(**outcome(lambda: layer(torch.ones(32)).sum().item()))
     dist.barrier()
 
 

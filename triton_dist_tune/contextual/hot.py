@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..capture import capturing, tuning_in_capture
+from ..group.store_texts import said_as
 from . import intercept
 from .intercept import _ACTIVE, Autotuner
 from .session import Session
@@ -157,7 +158,7 @@ class HotCall:
         # in the order of their call numbers (once every earlier call has ended, see TunerState.settle_turn)
         try:
             self.tuner.settle_turn(self.group, self.call_number)
-            with self.group.turn():
+            with self.group.turn(), said_as("contextual"):  # (a wait that runs out names this tuner's causes)
                 return session.call(args, kwargs, first=(out, error))
         finally:
             self.tuner.last_runs = session.runs

@@ -17,6 +17,7 @@ from ..errors import BadInputError
 from ..group.calls import calling
 from ..group.channel import Group
 from ..group.resolve import alone, resolve_group
+from ..group.store_texts import said_as
 from ..group.threads import holds_a_turn
 from . import intercept
 from .agreement import agree
@@ -112,7 +113,9 @@ class ContextualTuner(TunerState):
             _warn_not_initialized(self.options)
             return _ALONE
         try:
-            with calling(self.options.name):  # a wrong group's note is about this function's calls
+            # a wrong group's note is about this function's calls; an mpi4py channel's setup that runs out names
+            # a contextual function's causes
+            with calling(self.options.name), said_as("contextual"):
                 group = resolve_group(None if default else is_dist)
         except BadInputError as exc:  # named as this decorator's option, not autotune's call keyword
             raise BadInputError(str(exc).replace("autotune_pg", "is_dist")) from exc
@@ -148,7 +151,7 @@ class ContextualTuner(TunerState):
             opened.add(calls)  # (last, under the lock: a later call sees it; nothing between here and try raises)
         try:
             if late and not tunes:  # in a CUDA-graph capture: a read of the store only, nothing launched
-                with group.turn():
+                with group.turn(), said_as("contextual"):
                     first, window = self._read_late(group, calls)
             if (first or due or window) and not tunes:  # in a CUDA-graph capture: no tuning, no store, no exchange
                 if first:
@@ -161,8 +164,8 @@ class ContextualTuner(TunerState):
                 # (as autotune tunings do), so that their exchanges never interleave (see Group.turn); alone too, so
                 # that two threads never tune one key at once (the later one's session, finding it decided by the
                 # other, would stall and end it unmeasured, replacing the choice)
-                try:
-                    with group.turn():
+                try:  # (a wait that runs out names a contextual function's causes: said_as)
+                    with group.turn(), said_as("contextual"):
                         try:
                             if late or group.has_unread():
                                 first, window = self._read_late(group, calls)

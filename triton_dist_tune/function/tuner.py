@@ -16,6 +16,7 @@ from ..errors import BadInputError, describe_error
 from ..group.calls import calling
 from ..group.channel import Group
 from ..group.resolve import find_group, resolve_group
+from ..group.store_texts import said_as
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps, unfit_call
 from .cached_alone import cached_alone
@@ -81,8 +82,9 @@ class Tuner(TunedFunction):
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
         # a malformed variable, maybe on this rank only: read as its default here, and carried by the first exchange;
-        # a wrong group's note is about this function's call, and so are the notes this call's waits raise
-        with settings.overlooking(), calling(self.name):
+        # a wrong group's note is about this function's call, and so are the notes this call's waits raise; a wait
+        # that runs out names autotune's causes (inside a contextual function's run too)
+        with settings.overlooking(), calling(self.name), said_as("autotune"):
             return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem)
 
     def _tune_or_serve(self, args: tuple, kwargs: dict[str, Any], pg: Any, verbose: bool | None, overwrite: bool,

@@ -43,6 +43,7 @@ from ..errors import GroupTimeoutError
 from .channel import Group
 from .messages import combine_payloads, pack, unpack
 from .rank_names import renumbered
+from .store_texts import late_causes
 from .waiting import report_waiting
 
 #: a pending request is looked at without a pause for this long (a step of ranks that are all there needs only
@@ -163,8 +164,7 @@ class MpiGroup(Group):
                     raise GroupTimeoutError(
                         f"triton_dist_tune: {where} after every rank had come to it, for ranks that left it: one "
                         "gave up before this rank came (its own wait ran out: its error says so), crashed or hung.")
-                raise GroupTimeoutError(f"triton_dist_tune: {where} for ranks that never arrived: they crashed, "
-                                        "hung, or called with another group.")
+                raise GroupTimeoutError(f"triton_dist_tune: {where} for ranks that never arrived: {late_causes()}")
             if now - began < _SPIN_S:
                 continue  # a step of ranks that are all there completes within microseconds of looks
             time.sleep(pause)

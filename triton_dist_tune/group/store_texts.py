@@ -1,16 +1,50 @@
 """What a rank of a torch group's channel (:mod:`.store`) says when it gives up on a silent peer, or leaves the
-group's exchanges by an interruption."""
+group's exchanges by an interruption; and the causes a wait for ranks that never arrived names, those of the tuner
+whose call waited (:func:`said_as`; an mpi4py channel's wait names them too)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
 
 from .note import Note, Waiter
 from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
+
+#: which tuner's call a thread's exchanges belong to: ``autotune``'s (and a campaign's) or ``contextual_autotune``'s
+Tuner = Literal["autotune", "contextual"]
+#: why a rank never arrived at an exchange, by the tuner whose call waited for it
+LATE_CAUSES: dict[Tuner, str] = {
+    "autotune": ("they crashed, hung, or called the tuned function with another autotune_pg or key, or with "
+                 "autotune=False (which tunes nothing and says nothing to the group)."),
+    "contextual": ("they crashed, hung, or did not make this call of the contextual_autotune function: they called it "
+                   "fewer times than this rank (or never), or on another group (its is_dist= another group, or "
+                   "False, on those ranks)."),
+}
+#: per thread: the tuner whose call its exchanges are in now (:func:`said_as`; "autotune" outside any)
+_said = threading.local()
+
+
+@contextmanager
+def said_as(tuner: Tuner) -> Iterator[None]:
+    """Within: a wait of this thread for ranks that never arrived names the causes of ``tuner``'s calls
+    (:func:`late_causes`). A call of one tuner inside another's run marks itself in turn; the mark is restored as it
+    ends. Nothing else changes: what the wait does, and when it raises, are the same for both tuners."""
+    outer = getattr(_said, "tuner", "autotune")
+    _said.tuner = tuner
+    try:
+        yield
+    finally:
+        _said.tuner = outer
+
+
+def late_causes() -> str:
+    """Why ranks never arrived at this thread's exchange, as the tuner whose call it is in knows them."""
+    return LATE_CAUSES[getattr(_said, "tuner", "autotune")]
 
 
 def silent_message(waited: str, silent: Sequence[int], globals_: Sequence[int], window: float, quiet: float) -> str:
@@ -44,10 +78,8 @@ def silence(window: float, quiet: float) -> str:
 
 def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int]) -> str:
     """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` (global ranks
-    ``globals_``) not there."""
-    return (f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: they crashed, "
-            "hung, or called the tuned function with another autotune_pg or key, or with autotune=False (which tunes "
-            "nothing and says nothing to the group).")
+    ``globals_``) not there, and why such ranks never arrive, by the tuner whose call waited (:func:`late_causes`)."""
+    return f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: {late_causes()}"
 
 
 def left_message(rank: int, global_rank: int, title: str, last: str, interruption: BaseException,
