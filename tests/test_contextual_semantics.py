@@ -135,6 +135,24 @@ def test_two_wrappers_of_one_jit_body_are_separate_tracks(env):
 
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(60)
+def test_a_second_wrapper_of_the_same_kernel_configs_and_key_takes_the_earlier_choice_untuned(env):
+    """A kernel factory (a new ``triton.autotune`` wrapper of one ``@triton.jit`` body per call, the same configs and
+    key): the second wrapper is the first's track, so its key takes the choice made for the first, with no
+    measurement: its own ``pre_hook`` and ``post_hook`` never run (nor Triton's ``reset_only`` call), its configs'
+    ``pre_hook`` runs once, at its one launch, Triton's listener is not called for it, and the function that
+    launched it lists no decision. What docs/contextual.md says of choices remembered per (kernel, key); pinned,
+    not changed."""
+    result, _ = single("kernel_factory", env)
+    assert result["ok"] and result["same_track"], result
+    assert result["first"]["pre"] == result["first"]["post"] == 3 and result["first"]["resets"] == 1, result
+    assert result["second"] == {"pre": 0, "post": 0, "resets": 0, "config": 1}, result
+    assert result["second_best"] == result["first_best"], result  # the kernel's own cache: the earlier choice
+    assert (result["tuned_decisions"], result["again_decisions"], result["again_runs"]) == (1, 0, 1), result
+    assert result["listened"] in (None, [1, 1]), result  # (Triton 3.6 has no listener) called for the first only
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(60)
 def test_max_runs_bounds_a_call_whose_keys_change_every_run(env, tmp_path):
     result, stderr = single("max_runs", env)
     # 5 runs, each meeting a new key; then every track ends with its best so far and the function runs once more

@@ -21,7 +21,7 @@ import triton.language as tl  # noqa: E402
 from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
-from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
+from triton_dist_tune.contextual import contextual_autotune, intercept  # noqa: E402
 
 
 def rank() -> int:
@@ -340,6 +340,70 @@ def two_wrappers():
          ok=bool(torch.equal(a, x) and torch.equal(b, x)), wide_best=wide.cache[(64, "torch.float32",
                                                                                   "torch.float32")].kwargs,
          narrow_best=narrow.cache[(64, "torch.float32", "torch.float32")].kwargs)
+
+
+@triton.jit
+def factory_double(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) * 2, mask=mask)
+
+
+def factory_kernel(counts: dict[str, int]):
+    """A kernel factory: a new ``triton.autotune`` wrapper of :func:`factory_double` at each call (the same kernel
+    name, configs and key every time) whose hooks count into ``counts``: the wrapper's ``pre_hook`` (``pre``, and
+    ``resets`` for Triton's ``reset_only=True`` call), its ``post_hook`` (``post``) and the configs' ``pre_hook``
+    (``config``: one per launch of a chosen config, as Triton calls it)."""
+
+    def pre(nargs, reset_only=False):
+        counts["resets" if reset_only else "pre"] += 1
+
+    def post(nargs, exception):
+        counts["post"] += 1
+
+    def config_hook(nargs):
+        counts["config"] += 1
+
+    return triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=config_hook) for b in (16, 32, 64)],
+                           key=["n"], pre_hook=pre, post_hook=post)(factory_double)
+
+
+@case
+def kernel_factory():
+    """One process: a contextual function tunes a factory's first wrapper; a second function launches a second
+    wrapper of the same kernel name, configs and key, made after it (another object, its own cache empty)."""
+    first_counts = {"pre": 0, "post": 0, "resets": 0, "config": 0}
+    second_counts = dict(first_counts)
+    first, second = factory_kernel(first_counts), factory_kernel(second_counts)
+
+    def double(kernel, x):
+        out = torch.empty_like(x)
+        kernel[grid(x.numel())](x, out, x.numel())
+        return out
+
+    @contextual_autotune(n_warmup=0, n_repeat=1)
+    def tuned(x):
+        return double(first, x)
+
+    @contextual_autotune(n_warmup=0, n_repeat=1)
+    def again(x):
+        return double(second, x)
+
+    heard: list[str] = []  # Triton's listener (newest Triton): the keys it was called for
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs.autotuning, "listener"):
+        knobs.autotuning.listener = lambda **kw: heard.append(repr(kw["key"]))
+    x = torch.arange(64, dtype=torch.float32)
+    out_first = tuned(x)
+    heard_first = len(heard)
+    out_second = again(x)
+    key = (64, "torch.float32", "torch.float32")
+    emit(ok=bool(torch.equal(out_first, 2 * x) and torch.equal(out_second, 2 * x)), first=first_counts,
+         second=second_counts, first_best=first.cache[key].kwargs,
+         second_best=second.cache[key].kwargs if key in second.cache else None,
+         tuned_decisions=len(tuned.tuner.decisions), again_decisions=len(again.tuner.decisions),
+         again_runs=again.tuner.last_runs, same_track=intercept.track_id(first) == intercept.track_id(second),
+         listened=[heard_first, len(heard)] if knobs is not None and hasattr(knobs.autotuning, "listener") else None)
 
 
 @case
