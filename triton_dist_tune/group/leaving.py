@@ -51,6 +51,10 @@ class LeavingChannel(Group):
         self._awaited: tuple[int, str, float] | None = None
         self._to_read: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
         self._promised_at: int | None = None  #: the exchanges begun at this rank's promise of its next one
+        #: the step at which its peers counted this rank out (its "left" record settled ``out`` there, a made-once
+        #: step: :meth:`raise_if_counted_out`), found by the compare-and-set of its next exchange, which was another
+        #: step; and the record's text
+        self._out_at: tuple[str, str] | None = None
 
     def promise_next_exchange(self, promised: bool = True) -> None:
         """:meth:`.channel.Group.promise_next_exchange`."""
@@ -82,6 +86,7 @@ class LeavingChannel(Group):
         at the next number (:class:`~.channel.PassedOver`), else the peer raises (:mod:`.passover`). Best effort."""
         if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
             return
+        self._out_at = None  # (a new record: an older one's step is no longer this rank's to meet)
         with self._lock:
             held = self._seq
             seq = self._seq = self._sent = held + (self._sent == held)
@@ -108,15 +113,33 @@ class LeavingChannel(Group):
         self._to_read = (awaited, keep)
         return True
 
+    def came_back(self, found: bytes | None) -> None:
+        """This rank's next exchange after it left read its "left" record as ``found`` (:func:`.passover.come_back`,
+        before it wrote anything there). Where its peers had counted it out, at a step made once (a contextual
+        agreement at call N: ``Failed.at``), and this exchange is another step (a plain ``autotune`` tuning, which
+        pairs with the peers' own next one), the rank keeps that step, and raises there as they did when it reaches
+        it (:meth:`raise_if_counted_out`). Before, it kept nothing: its agreement at call N met its peers' at call
+        N + ``sync_every``, and each agreement raised ``ExchangeError`` (ranks at different steps), for good."""
+        record = passover.counted_out(found) if found is not None else None
+        with self._lock:
+            self._out_at = (record.at, record.message) if record is not None and record.at else None
+
     def raise_if_counted_out(self, what: str) -> None:
         """:meth:`.channel.Group.raise_if_counted_out`: read from this rank's "left" record, which it has not come
         back to yet, in the one compare-and-set that settles it ``back`` where no peer settled it yet (as the
-        exchange's start would: so no peer can count it out between this read and that), only where there is one.
+        exchange's start would: so no peer can count it out between this read and that), only where there is one;
+        or kept where an exchange of another step came back to it first (:meth:`came_back`).
         Before, the rank's step paired with its peers' next one, at another call number: each raised
         ``ExchangeError`` (ranks at different steps), one step apart for good."""
         with self._lock:
-            back = self._back
+            back, out_at = self._back, self._out_at
+            if out_at is not None and out_at[0] == what:
+                self._out_at = None
         if back is None:
+            if out_at is not None and out_at[0] == what:
+                raise RankFailedError(f"triton_dist_tune: {out_at[1]} (its peers counted this rank out at "
+                                      f"'{what[:STEP_QUOTE]}' after their grace, and raised there: so does this "
+                                      "rank)")
             return
         found = passover.come_back(self.store, *back)
         record = passover.counted_out(found) if found is not None else None

@@ -143,7 +143,7 @@ class StoreGroup(LeavingChannel):
             with self._lock:
                 back, self._back = self._back, None
             if back is not None:  # this rank left its last call: its peers past that turn need not raise
-                passover.come_back(self.store, *back)
+                self.came_back(passover.come_back(self.store, *back))
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
                     self._seq += 1
