@@ -35,3 +35,52 @@ def test_a_contextual_rank_back_past_the_grace_through_a_plain_autotune_step_rai
         assert all(calls[(r, n)]["error"] is None and calls[(r, n)]["seconds"] < 15 for r in (0, 1)), calls
     ends = {r["rank"]: r for result in results for r in result.results if r.get("what") == "end"}
     assert ends[0]["agreed"] == ends[1]["agreed"] and ends[0]["exchanges"] == ends[1]["exchanges"], ends
+
+
+PASSOVER = HERE / "scenarios" / "passover_cases.py"
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("n", "at", "then"), [(2, "applying last", "same"), (3, "applying last", "other"),
+                                               (2, "applying decided", "same"), (3, "applying decided", "other"),
+                                               (2, "decision line", "same"), (3, "decision line", "other")])
+def test_a_contextual_rank_interrupted_as_it_applies_a_runs_result_ends_its_calls_as_its_peers_do(tmp_path, n, at,
+                                                                                                  then):
+    """Rank 1 is interrupted after a run's exchange of a ``contextual_autotune`` tuning call of key 64 returned:
+    ``applying ...`` as it begins to apply the result (the exchange after the final run, the call's last, or run 5's,
+    which decides the key), ``decision line`` at its rank log's line of the first key that result decides (two keys
+    decided there: 64 and 128, under ALWAYS_TUNE, rank 1's configs costing the other way round from its second call).
+    Then every rank calls key 64 again and key 128 (``then``: in that order, or the other). Promised: the peers wait
+    no deadline, every later call ends alike on every rank (no error, one config per key everywhere, the group's),
+    and the decisions agree. ``applying``: rank 1 applies the result at its next call, as where the interruption
+    ends its wait for it. ``decision line``: rank 1 applies the rest of the result before the interruption is raised
+    on. Before: the result stayed unapplied on rank 1 (``applying last``: its next call was the group's first again,
+    alone, and waited T + T/10 at the journal exchange; ``applying decided``, ``decision line``: a key its peers
+    decided there was theirs alone, and rank 1 tuned it again alone and chose the other config)."""
+    env = {**tuner_env(tmp_path, 30), "AT": at, "NEXT": then, "SIG": "INT"}
+    if not at.endswith("last"):
+        env |= {"TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "LATE_COST": "1"}
+    if at == "decision line":
+        env["TWO"] = "1"
+    results = run_ranks(PASSOVER, n, ["contextual_interrupted_waiting_for_its_result"], timeout=180, env=env)
+    said = {(r["rank"], r["what"]): r for result in results for r in result.results}
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert said[(1, "first")]["error"] == "KeyboardInterrupt", describe(results)
+    for rank in (r for r in range(n) if r != 1):
+        first = said[(rank, "first")]
+        assert first["runs"] == 7, first
+        assert first["error"] == (None if at.endswith("last") else "RankFailedError"), first
+        assert first["seconds"] < 20, first
+    for what in ("again", "new"):
+        each = [said[(r, what)] for r in range(n)]
+        assert all(e["error"] is None and e["seconds"] < 15 for e in each), each
+        assert len({str(e["configs"]) for e in each}) == 1, each  # one config per key on every rank
+    assert said[(0, "again")]["configs"]["64"] == 64, said[(0, "again")]  # the group's choice (config 0)
+    if then == "same":
+        assert all(said[(r, "again")]["runs"] == 1 for r in range(n)), describe(results)  # not tuned again
+    decided = [said[(r, "decided")] for r in range(n)]
+    assert all(d["keys"] == decided[0]["keys"] and d["journals"] == [] for d in decided), decided
+    log = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
+            in log) is at.startswith("applying"), log[-3000:]
+

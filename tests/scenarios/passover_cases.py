@@ -342,7 +342,10 @@ def contextual_interrupted_waiting_for_its_result():
     only once rank 1 caught it. ``AT=last``: the exchange after the final run (run 6: on the virtual clock the key
     is decided by run 5's exchange), the call's last; ``decided``: run 5's, which decides the key; ``summary``:
     rank 1's rank log raises KeyboardInterrupt at the call's summary line instead, once the call's last exchange
-    was read. Then every rank
+    was read; ``applying last``, ``applying decided``: rank 1 is interrupted once run 6's (run 5's) exchange
+    returned, as it begins to apply the result (a KeyboardInterrupt raised where the result's steps are checked);
+    ``decision line``: its rank log raises KeyboardInterrupt at the first decision's line (run 5's exchange decides
+    two keys there: ``TWO=1``, each run launching the kernel with a second tensor, twice the size). Then every rank
     calls key 64 "again" and key 128 ("new"), in that order (``NEXT=same``) or the other (``other``). With
     ``LATE_COST=1`` rank 1's configs cost the other way round after its first call (a key it tuned again alone would
     choose the other config). Each rank emits, per call, what it gave, how many runs it made, the config its kernel
@@ -363,7 +366,8 @@ def contextual_interrupted_waiting_for_its_result():
     folder = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]
     caught = os.path.join(folder, "caught")
     at = os.environ["AT"]
-    target = f"end of run {6 if at == 'last' else 5}"
+    target = f"end of run {6 if at.endswith('last') else 5}"
+    two = os.environ.get("TWO") == "1"
     costs = [{64: 1.0, 128: 2.0}, {64: 3.0, 128: 2.0} if me == 1 and os.environ.get("LATE_COST") else
              {64: 1.0, 128: 2.0}]
     called = [0]
@@ -377,20 +381,39 @@ def contextual_interrupted_waiting_for_its_result():
     @tdt.contextual_autotune(is_dist=True, n_repeat=2, n_warmup=1)
     def runs(x):
         add_one[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+        if two:
+            y = torch.zeros(2 * x.numel())
+            add_one[lambda meta: (triton.cdiv(y.numel(), meta["BLOCK"]),)](y, y.numel())
         return x
 
-    if at == "summary":
+    if at in ("summary", "decision line"):
         from triton_dist_tune.disk import logs
+
+        line = "done after" if at == "summary" else "decision kernel="
 
         class Interrupting(logging.Handler):
             armed = me == 1
 
             def emit(self, record: logging.LogRecord) -> None:
-                if Interrupting.armed and "done after" in record.getMessage():
+                if Interrupting.armed and line in record.getMessage():
                     Interrupting.armed = False
                     raise KeyboardInterrupt
 
         logs.rank_log().addHandler(Interrupting())
+    elif at.startswith("applying"):
+        if me == 1:
+            from triton_dist_tune.contextual import exchange as exchange_module
+
+            check = exchange_module.check_same_steps
+            armed = [True]
+
+            def interrupted_as_it_applies(*args):  # the exchange returned: the result is about to be applied
+                if armed[0] and group._what.endswith(target):
+                    armed[0] = False
+                    raise KeyboardInterrupt
+                return check(*args)
+
+            exchange_module.check_same_steps = interrupted_as_it_applies
     elif me == 0:
         gather = group._gather_and_send
 

@@ -17,6 +17,7 @@ from ..disk import logs
 from ..disk.failures import say_failures
 from ..records import LEAST
 from . import intercept, report
+from .holding import hold
 from .schedule import Track
 from .state import CallState
 from .tracks import LocalTrack, decide, remember_choice
@@ -77,6 +78,8 @@ def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
                         "next step)")
                 log.warning(text)
                 session.log.warning(text, exc_info=True)
+            except BaseException as exc:  # an interruption in it: raised once the whole result is applied
+                hold(session.held, exc)
     local.sample = None
 
 

@@ -22,6 +22,7 @@ from ..group.leaving import result_kept_if_interrupted
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision
+from .holding import holding
 from .schedule import PruningError, Track
 from .state import CallState, Exchanged
 from .tracks import TrackId, TrackInfo, earlier_outcomes, forget_choice, undecide
@@ -38,20 +39,41 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
     group = session.group
     message = _message(session, error)
     try:
+        # (an interruption once the result is read, before this rank applies it, keeps it too: the checks change
+        # nothing of the call; before, the result was lost on this rank, as one in the application still is where
+        # it is not the user's code, which is held: :func:`_applied`)
         with _kept_if_interrupted(session, lambda late: applied_late(session, late)):
             gathered = group.allgather(message, f"{session.label} end of run {session.runs - 1}",
                                        timeout=exchange_timeout(session.timeout))
+            checked(session, gathered)
     except GroupTimeoutError as exc:  # the peers never came: say what this rank's run raised, the likelier cause
         if error is None:
             raise
         raise type(exc)(f"{exc}; on this rank, run {session.runs - 1} had raised {describe_error(error)}") from error
-    return applied(session, gathered, error)
+    with holding(session) as held:
+        exchanged = _applied(session, gathered, error)
+    if held:  # the whole result is applied, as on every rank: the call ended where that was its last exchange
+        if _ended(session, exchanged):
+            session.tuner.tuned(session.group)
+        raise held[0]
+    return exchanged
 
 
-def applied(session: CallState, gathered: list[dict[str, Any]], error: Exception | None) -> Exchanged:
-    """Update every track from the exchange's result ``gathered`` (:func:`exchange`), as every rank does."""
+def checked(session: CallState, gathered: list[dict[str, Any]]) -> None:
+    """The checks of an exchange's result before any rank applies it (the same error on every rank)."""
     check_same_steps(session.label, [message.get("steps") for message in gathered])
     check_same_kernels(session, gathered)
+
+
+def _ended(session: CallState, exchanged: Exchanged) -> bool:
+    """Whether the exchange that told ``exchanged`` was the call's last (every track decided before it, or none)."""
+    return (session.final_run or not session.tracks) and not exchanged.created
+
+
+def _applied(session: CallState, gathered: list[dict[str, Any]], error: Exception | None) -> Exchanged:
+    """Update every track from the exchange's result ``gathered`` (:func:`exchange`), as every rank does, once it
+    is :func:`checked`. An interruption the user's code raises in it (a line of this rank's log, Triton's listener)
+    is held (:func:`~.holding.holding`), for the caller to raise once the whole result is applied."""
     try:
         created = create_tracks(session, gathered)
     except PruningError as exc:
@@ -85,7 +107,9 @@ def applied_late(session: CallState, gathered: list[dict[str, Any]]) -> None:
     if met - set(gathered[0]["disk"]):
         return
     try:
-        exchanged = applied(session, gathered, None)
+        checked(session, gathered)
+        with holding(session) as held:  # (an interruption in its lines: raised once the call counts as ended)
+            exchanged = _applied(session, gathered, None)
     except AutotuneError as exc:  # raised on every rank in that exchange (a mismatch, a pruning's, the function's)
         session.log.info("%s the result of run %d's exchange, read at this rank's next call: %s", session.label,
                          session.runs - 1, describe_error(exc))
@@ -93,12 +117,14 @@ def applied_late(session: CallState, gathered: list[dict[str, Any]]) -> None:
     finally:
         for local in session.local.values():
             local.journal.close()
-    ended = (session.final_run or not session.tracks) and not exchanged.created
+    ended = _ended(session, exchanged)
     if ended:
         session.tuner.tuned(session.group)
     session.log.info("%s run %d's exchange, which an interruption ended this rank's wait for, read at this rank's "
                      "next call on the group: applied, as on every rank%s", session.label, session.runs - 1,
                      f"; the call ended after {session.runs} run(s) on every rank" if ended else "")
+    if held:
+        raise held[0]
 
 
 def raise_if_raised(session: CallState, raisers: list[tuple[int, str]], error: Exception | None) -> None:

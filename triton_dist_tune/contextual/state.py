@@ -176,6 +176,9 @@ class CallState:
         #: jitted kernel -> group rank -> the ``triton.autotune`` wrappers of it that rank met in this call (track
         #: kernel id -> its configs and key names), from the exchanges: every rank must tune the same ones
         self.wrappers: dict[str, dict[int, dict[str, tuple[list[str], list[str]]]]] = {}
+        #: while a run's exchange result is applied: the interruptions the user's code raised there, held until the
+        #: whole result is applied (:mod:`~.holding`); None otherwise
+        self.held: list[BaseException] | None = None
 
     # what a hot call never needs is made on first use
 
