@@ -84,3 +84,47 @@ def test_a_contextual_rank_interrupted_as_it_applies_a_runs_result_ends_its_call
     assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
             in log) is at.startswith("applying"), log[-3000:]
 
+
+KEY_FN = HERE / "scenarios" / "key_fn_interrupted_cases.py"
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("n", "leaver", "then", "how", "where", "plan"), [
+    (2, 1, "ends", "raise", "lookup", "8,16,32"), (3, 2, "ends", "signal", "tuner", "8,16,32"),
+    (2, 1, "lives", "raise", "tuner", "8,16,32"), (3, 0, "lives", "signal", "lookup", "8,16,32"),
+    (2, 1, "again", "raise", "lookup", "8,16,32"), (3, 0, "again", "signal", "tuner", "8,16,32"),
+    (2, 1, "late", "raise", "tuner", "8,16,32"), (2, 0, "late", "raise", "lookup", "8,16,32"),
+    (2, 1, "again", "raise", "lookup", "8,8,16"), (3, 0, "again", "signal", "lookup", "8,8,16")])
+def test_a_rank_interrupted_in_its_key_fn_leaves_no_peer_waiting(tmp_path, n, leaver, then, how, where, plan):
+    """Rank ``leaver``'s ``key_fn`` is interrupted (KeyboardInterrupt: raised there, or SIGINT while in it) at its
+    call of key 16, undecided, in the decorated function's lookup or the tuner's own call of it; key 8 was tuned
+    before. Then it ends its process, lives on without calling the tuner, calls again at once, or past the peers'
+    grace (2 s). A call that raised is made once more (but where the rank ended or calls no more); then key 32.
+    ``8,8,16``: the interruption is at the second call of key 8, decided (the peers' call needs nobody), in the
+    lookup; the rank calls again (served) and every rank then tunes key 16, which meets the rank's record: passed
+    over. Promised: no peer waits the deadline (60 s) at the call the rank left; every call after ends alike on
+    every rank, and the decisions agree. Before: where the rank's process ended or it called the tuner no more, its
+    peers waited T + T/10 at key 16's first exchange (GroupTimeoutError), since nothing told them the rank had left
+    that call."""
+    env = {**tuner_env(tmp_path, 60), "LEAVER": str(leaver), "THEN": then, "HOW": how, "WHERE": where,
+           "PLAN": plan, "AT": "1", "PASSOVER_GRACE_S": "2" if then == "late" else "10"}
+    results = run_ranks(KEY_FN, n, ["interrupted_in_key_fn"], timeout=180, env=env)
+    said = {(r["rank"], r["what"]): r for result in results for r in result.results}
+    assert all(r.returncode == 0 for rank, r in enumerate(results) if rank != leaver or then != "ends"), \
+        describe(results)
+    peers = [r for r in range(n) if r != leaver]
+    if then != "ends":
+        assert said[(leaver, "1")]["error"] == "KeyboardInterrupt", describe(results)
+    for rank in peers:
+        assert said[(rank, "1")]["seconds"] < 20, said[(rank, "1")]  # never the deadline
+        if then in ("ends", "lives"):
+            assert said[(rank, "1")]["error"] == "RankFailedError", said[(rank, "1")]
+            assert "KeyboardInterrupt" in said[(rank, "1")]["message"], said[(rank, "1")]
+    if then in ("ends", "lives"):
+        return
+    for what in ("1 again", "2"):
+        each = [said[(r, what)] for r in range(n) if (r, what) in said]
+        assert all(e["error"] is None and e["seconds"] < 20 for e in each), each
+        assert len({e["value"] for e in each}) == 1, each
+    decided = [said[(r, "decided")]["keys"] for r in range(n)]
+    assert all(d == decided[0] for d in decided), decided
