@@ -107,8 +107,8 @@ class Tuner(TunedFunction):
             key, key_error, key_exc = None, (self._call_problem(args, None if overwrite else kwargs)
                                              or f"key_fn failed: {describe_error(exc)}"), exc
         except BaseException as exc:  # Ctrl-C, sys.exit, a cancelled task: the peers may wait for this call
-            for each in (group, *((layout.replicas,) if layout is not None else ())):
-                if not _talks_to_nobody(self):
+            if not _talks_to_nobody(self):
+                for each in (group, *((layout.replicas,) if layout is not None else ())):
                     left_before_its_turn(each, exc)
             raise
         if key_error is None:

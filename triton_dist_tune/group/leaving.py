@@ -86,8 +86,8 @@ class LeavingChannel(Group):
         at the next number (:class:`~.channel.PassedOver`), else the peer raises (:mod:`.passover`). Best effort."""
         if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
             return
-        self._out_at = None  # (a new record: an older one's step is no longer this rank's to meet)
         with self._lock:
+            self._out_at = None  # (a new record: an older one's step is no longer this rank's to meet)
             held = self._seq
             seq = self._seq = self._sent = held + (self._sent == held)
             if self._promised_at == held:  # its peers go on to that exchange on its word: it is in the turn there
