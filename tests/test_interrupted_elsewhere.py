@@ -43,24 +43,27 @@ PASSOVER = HERE / "scenarios" / "passover_cases.py"
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("n", "at", "then"), [(2, "applying last", "same"), (3, "applying last", "other"),
                                                (2, "applying decided", "same"), (3, "applying decided", "other"),
-                                               (2, "decision line", "same"), (3, "decision line", "other")])
+                                               (2, "decision line", "same"), (3, "decision line", "other"),
+                                               (2, "signal in apply", "same"), (3, "signal in apply", "other")])
 def test_a_contextual_rank_interrupted_as_it_applies_a_runs_result_ends_its_calls_as_its_peers_do(tmp_path, n, at,
                                                                                                   then):
     """Rank 1 is interrupted after a run's exchange of a ``contextual_autotune`` tuning call of key 64 returned:
     ``applying ...`` as it begins to apply the result (the exchange after the final run, the call's last, or run 5's,
     which decides the key), ``decision line`` at its rank log's line of the first key that result decides (two keys
-    decided there: 64 and 128, under ALWAYS_TUNE, rank 1's configs costing the other way round from its second call).
+    decided there: 64 and 128, under ALWAYS_TUNE, rank 1's configs costing the other way round from its second call),
+    ``signal in apply``: SIGINT while it applies that result's first step (the chaos run's case, job seed 707996490).
     Then every rank calls key 64 again and key 128 (``then``: in that order, or the other). Promised: the peers wait
     no deadline, every later call ends alike on every rank (no error, one config per key everywhere, the group's),
     and the decisions agree. ``applying``: rank 1 applies the result at its next call, as where the interruption
-    ends its wait for it. ``decision line``: rank 1 applies the rest of the result before the interruption is raised
-    on. Before: the result stayed unapplied on rank 1 (``applying last``: its next call was the group's first again,
-    alone, and waited T + T/10 at the journal exchange; ``applying decided``, ``decision line``: a key its peers
+    ends its wait for it. ``decision line``, ``signal in apply``: rank 1 applies the rest of the result before the
+    interruption is raised on (the signal's handler runs then). Before: the result stayed unapplied on rank 1
+    (``applying last``: its next call was the group's first again, alone, and waited T + T/10 at the journal
+    exchange; ``applying decided``, ``decision line``, ``signal in apply``: a key its peers
     decided there was theirs alone, and rank 1 tuned it again alone and chose the other config)."""
     env = {**tuner_env(tmp_path, 30), "AT": at, "NEXT": then, "SIG": "INT"}
     if not at.endswith("last"):
         env |= {"TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "LATE_COST": "1"}
-    if at == "decision line":
+    if at in ("decision line", "signal in apply"):
         env["TWO"] = "1"
     results = run_ranks(PASSOVER, n, ["contextual_interrupted_waiting_for_its_result"], timeout=180, env=env)
     said = {(r["rank"], r["what"]): r for result in results for r in result.results}

@@ -345,7 +345,8 @@ def contextual_interrupted_waiting_for_its_result():
     was read; ``applying last``, ``applying decided``: rank 1 is interrupted once run 6's (run 5's) exchange
     returned, as it begins to apply the result (a KeyboardInterrupt raised where the result's steps are checked);
     ``decision line``: its rank log raises KeyboardInterrupt at the first decision's line (run 5's exchange decides
-    two keys there: ``TWO=1``, each run launching the kernel with a second tensor, twice the size). Then every rank
+    two keys there: ``TWO=1``, each run launching the kernel with a second tensor, twice the size); ``signal in
+    apply``: SIGINT comes as it applies the first key's step of that result (raised to itself there). Then every rank
     calls key 64 "again" and key 128 ("new"), in that order (``NEXT=same``) or the other (``other``). With
     ``LATE_COST=1`` rank 1's configs cost the other way round after its first call (a key it tuned again alone would
     choose the other config). Each rank emits, per call, what it gave, how many runs it made, the config its kernel
@@ -414,6 +415,19 @@ def contextual_interrupted_waiting_for_its_result():
                 return check(*args)
 
             exchange_module.check_same_steps = interrupted_as_it_applies
+    elif at == "signal in apply":
+        if me == 1:
+            from triton_dist_tune.contextual import exchange as exchange_module
+
+            step, armed = exchange_module.step_track, [True]
+
+            def signalled_in_a_step(*args):  # Ctrl-C lands while the result is applied (its handler's turn: here)
+                if armed[0] and group._what.endswith(target):
+                    armed[0] = False
+                    signal.raise_signal(signal.SIGINT)
+                return step(*args)
+
+            exchange_module.step_track = signalled_in_a_step
     elif me == 0:
         gather = group._gather_and_send
 

@@ -22,7 +22,7 @@ from ..group.leaving import result_kept_if_interrupted
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision
-from .holding import holding
+from .holding import holding, undeferred
 from .schedule import PruningError, Track
 from .state import CallState, Exchanged
 from .tracks import TrackId, TrackInfo, earlier_outcomes, forget_choice, undecide
@@ -55,7 +55,7 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
     if held:  # the whole result is applied, as on every rank: the call ended where that was its last exchange
         if _ended(session, exchanged):
             session.tuner.tuned(session.group)
-        raise held[0]
+        held.raise_now()
     return exchanged
 
 
@@ -123,8 +123,7 @@ def applied_late(session: CallState, gathered: list[dict[str, Any]]) -> None:
     session.log.info("%s run %d's exchange, which an interruption ended this rank's wait for, read at this rank's "
                      "next call on the group: applied, as on every rank%s", session.label, session.runs - 1,
                      f"; the call ended after {session.runs} run(s) on every rank" if ended else "")
-    if held:
-        raise held[0]
+    held.raise_now()
 
 
 def raise_if_raised(session: CallState, raisers: list[tuple[int, str]], error: Exception | None) -> None:
@@ -270,8 +269,9 @@ def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:
     missing = [tid for tid in created if tid not in found]
     if missing:  # met on other ranks only: rank 0 looks them up now
         wanted = {tid: infos[tid][min(infos[tid])] for tid in missing}
-        found.update(from_root(session.group, lambda: lookup(session, wanted), f"{session.label} disk cache",
-                               timeout=session.timeout, error=AutotuneError))
+        with undeferred(session):  # (a wait: the signals' handlers are back meanwhile)
+            found.update(from_root(session.group, lambda: lookup(session, wanted), f"{session.label} disk cache",
+                                   timeout=session.timeout, error=AutotuneError))
     for tid in created:
         track = session.tracks[tid]
         index, kept, times = (list(found.get(tid) or ()) + [None] * 3)[:3]

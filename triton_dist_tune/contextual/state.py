@@ -31,6 +31,7 @@ from ..group.channel import Board, FailureReport, Group, default_timeout
 from ..group.rank_names import rank_name
 from ..measure.clocks import make_clock
 from ..measure.guarding import peer_stopped_texts, stopped_peers
+from .holding import Held
 from .newkeys import can_settle
 from .options import ContextualOptions
 from .schedule import Track
@@ -178,7 +179,7 @@ class CallState:
         self.wrappers: dict[str, dict[int, dict[str, tuple[list[str], list[str]]]]] = {}
         #: while a run's exchange result is applied: the interruptions the user's code raised there, held until the
         #: whole result is applied (:mod:`~.holding`); None otherwise
-        self.held: list[BaseException] | None = None
+        self.held: Held | None = None
 
     # what a hot call never needs is made on first use
 
