@@ -13,6 +13,7 @@ import math
 import operator
 import sys
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from .errors import BadInputError
@@ -210,11 +211,14 @@ CONTEXTUAL_TRITON_NAMES = {**TRITON_NAMES, **dict.fromkeys(
 
 def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str,
                        triton_names: dict[str, str] = TRITON_NAMES,
-                       elsewhere: dict[str, str] = AUTOTUNE_ELSEWHERE) -> None:
+                       elsewhere: dict[str, str] = AUTOTUNE_ELSEWHERE,
+                       other_tuners: Callable[[str], str | None] | None = None) -> None:
     """A decorator's keyword arguments that it does not have: refused, with the nearest option's name, or for a
     name of ``triton.autotune``'s what to write instead (``triton_names``: :data:`TRITON_NAMES`, or
     :data:`CONTEXTUAL_TRITON_NAMES`), or for one that belongs elsewhere, where (``elsewhere``:
-    :data:`AUTOTUNE_ELSEWHERE`, or :data:`CONTEXTUAL_ELSEWHERE`)."""
+    :data:`AUTOTUNE_ELSEWHERE`, or :data:`CONTEXTUAL_ELSEWHERE`), or for another tuner's name, what
+    ``other_tuners(name)`` says (``autotune``: TileLang's and Helion's, :func:`~triton_dist_tune.other_tuners.hint`)
+    before any near name, which may mean something else (``autotune_precompile`` is no ``precompile_fn``)."""
     if not unknown:
         return
     parts = []
@@ -224,6 +228,10 @@ def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str,
             continue
         if name in elsewhere:
             parts.append(f"{name!r} ({elsewhere[name]})")
+            continue
+        other = other_tuners(name) if other_tuners is not None else None
+        if other is not None:
+            parts.append(f"{name!r} ({other})")
             continue
         near = difflib.get_close_matches(name, list(known), n=1)
         parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))

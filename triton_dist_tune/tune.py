@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from . import checks, settings
+from . import checks, other_tuners, settings
 from .capture import capturing, eagerly, tuning_in_capture
 from .contextual.stock_watch import watch_decided_calls, watching
 from .errors import BadInputError
@@ -81,7 +81,8 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
     callable whose parameters Python cannot read (a builtin such as ``max``), and a config that leaves out a required
     parameter other configs set.
     """
-    checks.no_unknown_options(unknown, _OPTIONS, "autotune")  # ``configs=``, ``key=`` (triton.autotune's): named
+    # ``configs=``, ``key=`` (triton.autotune's), TileLang's and Helion's names: each says what to write instead
+    checks.no_unknown_options(unknown, _OPTIONS, "autotune", other_tuners=other_tuners.hint)
     if config_space is None:
         raise BadInputError("autotune needs a config_space: autotune(config_space, key_fn=...) (a list of dicts of "
                             "keyword arguments, one merged into each call)")

@@ -1,0 +1,133 @@
+"""Usages ported from TileLang's ``autotune`` and Helion's autotuner to ``autotune``, run by real ranks on real
+Triton kernels in the interpreter; tests/test_other_tuners.py asserts what each rank prints.
+
+Usage: python other_tuners_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
+``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+
+
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr, CLAMP: tl.constexpr):
+    """``out = x + alpha * y``; a ``CLAMP`` config is a fast path that is wrong for negative ``y`` (as a config a
+    reference check must catch: TileLang's ``ref_prog``, Helion's baseline)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    y = tl.load(y_ptr + offs, mask=mask)
+    if CLAMP:
+        y = tl.maximum(y, 0.0)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + alpha * y, mask=mask)
+
+
+SPACE = [{"BLOCK": block, "CLAMP": clamp} for block in (64, 128, 256) for clamp in (False, True)]
+RUNS: list[dict] = []  # every run of the tuned function on this rank: its config
+
+
+def axpy_reduced(x, y, alpha, *, BLOCK, CLAMP):
+    """The kernel, then the sum over ranks (a tensor-parallel partial result)."""
+    RUNS.append({"BLOCK": BLOCK, "CLAMP": CLAMP})
+    out = torch.empty_like(x)
+    axpy_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), alpha, BLOCK=BLOCK, CLAMP=CLAMP)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(out)
+    return out
+
+
+def reference(x, y, alpha):
+    """TileLang's ``ref_prog`` / Helion's ``autotune_baseline_fn``: the same arguments, the plain torch result."""
+    out = x + alpha * y
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(out)
+    return out
+
+
+def inputs(negative: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.arange(300, dtype=torch.float32)
+    y = -torch.ones(300) if negative else torch.ones(300)
+    return x, y
+
+
+@case
+def accuracy():
+    """A kernel tuned with a check against a reference: the ``CLAMP`` configs are wrong only where ``y`` is
+    negative, which only the last rank's shard holds; they are left out on every rank, and every rank chooses
+    alike."""
+    tdt.init_distributed()
+    rank, size = dist.get_rank(), dist.get_world_size()
+    tuned = tdt.autotune(SPACE, key_fn=lambda x, y, alpha: (x.numel(), x.dtype), ref_prog=reference,
+                         rtol=1e-5, atol=1e-5, n_repeat=2)(axpy_reduced)
+    x, y = inputs(negative=rank == size - 1)
+    out = tuned(x, y, 2.0)
+    decided = tuned.tuner.decided[(300, torch.float32)]
+    emit(decided=decided, right=bool(torch.allclose(out, reference(x, y, 2.0))),
+         clamp_runs=sum(1 for r in RUNS if r["CLAMP"]), failed=sorted(
+             str(o.config) for o in tuned.tuner.decisions[next(iter(tuned.tuner.decisions))].outcomes
+             if o.error))
+
+
+@case
+def accuracy_all_wrong():
+    """Every config differs from the reference: the call raises the same error on every rank."""
+    tdt.init_distributed()
+    tuned = tdt.autotune([c for c in SPACE if c["CLAMP"]], key_fn=lambda x, y, alpha: x.numel(),
+                         ref_prog=reference, rtol=1e-5, atol=1e-5, n_repeat=2)(axpy_reduced)
+    x, y = inputs(negative=True)
+    try:
+        tuned(x, y, 2.0)
+        emit(raised=None)
+    except Exception as exc:  # noqa: BLE001 - what a user meets
+        emit(raised=type(exc).__name__, text=str(exc)[:2000])
+
+
+@case
+def budget():
+    """Helion's ``autotune_effort='quick'`` / a time bound: ``budget=`` seconds bounds one key's tuning."""
+    tdt.init_distributed()
+
+    def slow(x, y, alpha, *, BLOCK, CLAMP):
+        time.sleep(0.02)
+        return axpy_reduced(x, y, alpha, BLOCK=BLOCK, CLAMP=CLAMP)
+
+    tuned = tdt.autotune(SPACE + [{"BLOCK": b, "CLAMP": False} for b in (32, 512, 1024)],
+                         key_fn=lambda x, y, alpha: x.numel(), budget=2.0, n_repeat=50)(slow)
+    x, y = inputs(negative=False)
+    start = time.monotonic()
+    tuned(x, y, 2.0)
+    seconds = time.monotonic() - start
+    decision = tuned.tuner.decisions[next(iter(tuned.tuner.decisions))]
+    emit(seconds=seconds, decided=tuned.tuner.decided[300], cut=str(decision.cut))
+
+
+@case
+def pinned():
+    """A config pinned for production (Helion's ``config=``, one of TileLang's configs): a space of one config, and
+    a call with ``autotune=False``: how many runs each makes."""
+    tdt.init_distributed()
+    one = tdt.autotune([{"BLOCK": 128, "CLAMP": False}], key_fn=lambda x, y, alpha: x.numel())(axpy_reduced)
+    x, y = inputs(negative=False)
+    RUNS.clear()
+    one(x, y, 2.0)
+    runs_one = len(RUNS)
+    many = tdt.autotune(SPACE, key_fn=lambda x, y, alpha: x.numel())(axpy_reduced)
+    RUNS.clear()
+    many(x, y, 2.0, autotune=False)
+    emit(runs_one=runs_one, decided_one=one.tuner.decided, runs_off=len(RUNS), off_config=RUNS[-1],
+         decided_off=many.tuner.decided)
+
+
+if __name__ == "__main__":
+    main()

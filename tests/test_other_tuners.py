@@ -1,0 +1,124 @@
+"""Code ported from TileLang's ``autotune`` and Helion's autotuner by a kernel author used to them: their option names
+are refused saying what to write here (decorator checks, in this process), and the usages they tune (a check
+against a reference, a time budget, a config pinned for production) run as documented on real gloo ranks in
+Triton's interpreter (tests/scenarios/other_tuners_cases.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+CASES = HERE / "scenarios" / "other_tuners_cases.py"
+
+#: option -> what the refusal must say (a piece of its text)
+EXPECTED = {
+    "skip_check": "(TileLang's; here: leave out ref_prog",
+    "max_mismatched_ratio": "(TileLang's; here: none: ref_prog's check is torch.testing.assert_close",
+    "manual_check_prog": "(TileLang's; here: none: ref_prog=... with rtol/atol",
+    "supply_type": "(TileLang's; here: none: the configs run on the call's own arguments",
+    "cache_input_tensors": "(TileLang's; here: none:",
+    "target": "(TileLang's; here: none:",
+    "autotune_effort": "(Helion's; here: 'none': call with autotune=False",
+    "config": "(Helion's; here: a config pinned for production: a config_space of that one entry",
+    "autotune_baseline_fn": "(Helion's; here: ref_prog, called with the call's own arguments; not on by default",
+    "autotune_baseline_atol": "(Helion's; here: atol (with rtol",
+    "autotune_baseline_rtol": "(Helion's; here: rtol (with atol",
+    "autotune_accuracy_check": "(Helion's; here: none: configs are checked only against a ref_prog you give",
+    "autotune_precompile": "(Helion's; here: precompile_fn, a function that compiles one config",
+    "autotune_compile_timeout": "(Helion's; here: timeout= (seconds)",
+    "autotune_random_seed": "(Helion's; here: none:",
+    "autotune_max_generations": "(Helion's; here: none: search=",
+    "autotuner": "(Helion's; here: search=",
+    "autotune_log_level": "(Helion's; here: each call's autotune_verbose=True",
+    "static_shapes": "(Helion's; here: none: key_fn's return value is the key",
+}
+
+
+@pytest.mark.parametrize("option", sorted(EXPECTED))
+def test_tilelang_and_helion_option_names_say_what_to_write_instead(option):
+    """``autotune(..., skip_check=True)``, ``autotune(..., autotune_effort='quick')``, ``config=...``,
+    ``autotune_baseline_fn=...``: before, "unknown option(s) 'autotune_effort'" and the list of options alone, and
+    Helion's ``autotune_precompile='spawn'`` was asked "did you mean 'precompile_fn'?", a function of another
+    meaning. Each now says whose name it is and what this package does in its place (or that nothing does)."""
+    import triton_dist_tune as tdt
+
+    def scaled(x, *, BLOCK):
+        return x
+
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"BLOCK": 64}, {"BLOCK": 128}], key_fn=lambda x: x.numel(), **{option: None})(scaled)
+    text = str(caught.value)
+    assert f"unknown option(s) {option!r} {EXPECTED[option]}" in text, text
+    assert "did you mean" not in text, text
+
+
+def test_a_misspelt_option_still_gets_the_nearest_name():
+    """The other tuners' names take nothing from the nearest-name hint of a plain misspelling."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError, match=r"'ref_prg' \(did you mean 'ref_prog'\?\)"):
+        tdt.autotune([{"BLOCK": 64}], key_fn=lambda x: 0, ref_prg=None)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_kernel_checked_against_a_reference_leaves_out_the_configs_wrong_on_any_rank(tmp_path, ranks):
+    """TileLang's ``ref_prog`` / Helion's baseline: an axpy kernel with a fast path (``CLAMP``) wrong for negative
+    values, which only the last rank's shard holds, tuned with ``ref_prog`` and an all-reduce after it: the wrong
+    configs are left out on every rank (each run once, in its checked first run), and every rank chooses the same
+    right config."""
+    results = run_ranks(CASES, ranks, ["accuracy"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    decided = {str(r.result["decided"]) for r in results}
+    assert len(decided) == 1, describe(results)
+    for r in results:
+        res = r.result
+        assert res["decided"]["CLAMP"] is False and res["right"], res
+        assert res["failed"] == ["{BLOCK: 128, CLAMP: True}", "{BLOCK: 256, CLAMP: True}",
+                                 "{BLOCK: 64, CLAMP: True}"], res
+        assert res["clamp_runs"] == 3, res  # each wrong config ran once: its checked run
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_every_config_wrong_against_the_reference_raises_alike_on_every_rank(tmp_path):
+    """Every config differs from ``ref_prog``'s result (Helion: "all configs failed"): the same error on every
+    rank, naming the ranks' differences."""
+    results = run_ranks(CASES, 2, ["accuracy_all_wrong"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[0].result == results[1].result, describe(results)
+    res = results[0].result
+    assert res["raised"] == "AllConfigsFailedError" and "wrong result" in res["text"], res
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_a_time_budget_bounds_the_tuning_of_a_key_on_every_rank(tmp_path):
+    """Helion's ``autotune_effort='quick'``, as ``budget=2`` seconds over 9 configs of 20 ms calls with
+    ``n_repeat=50`` (tens of seconds whole): the tuning is cut and both ranks choose alike, well within 4x the
+    budget."""
+    results = run_ranks(CASES, 2, ["budget"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[0].result["decided"] == results[1].result["decided"], describe(results)
+    for r in results:
+        assert r.result["cut"] == "True" and r.result["seconds"] < 8, r.result
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_config_pinned_for_production_runs_as_the_hint_says(tmp_path, ranks):
+    """Helion's ``config=`` as the refusal says: a space of one entry is still warmed up and timed at its key's
+    first call (more runs than one), then decided; ``autotune=False`` runs the first config once, decides nothing."""
+    results = run_ranks(CASES, ranks, ["pinned"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        res = r.result
+        assert res["runs_one"] > 1 and res["decided_one"] == {"300": {"BLOCK": 128, "CLAMP": False}}, res
+        assert res["runs_off"] == 1 and res["off_config"] == {"BLOCK": 64, "CLAMP": False}, res
+        assert res["decided_off"] == {}, res
