@@ -20,8 +20,10 @@ ends a hung rank. Reading it never raises.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -269,8 +271,44 @@ _OVERLOOKING: ContextVar[bool] = ContextVar("triton_dist_tune_overlooking", defa
 
 def current() -> Settings:
     """The settings as the environment says now (raises BadInputError for a malformed value, except inside
-    :func:`overlooking`)."""
+    :func:`overlooking`); a variable of the tuner's prefix that it does not read is warned of (:func:`say_unknown`)."""
+    say_unknown(os.environ)
     return Settings.from_env(lenient=_OVERLOOKING.get())
+
+
+#: every variable of :data:`PREFIX` the tuner reads (docs/operations.md's table), without the prefix
+KNOWN_VARIABLES = ("CACHE_DIR", "ALWAYS_TUNE", "VERSION_CHECK", "TIMEOUT", "INIT_TIMEOUT", "TIMING", "UNDECIDED",
+                   "SEARCH", "LOG_DIR", "NEW_KEY_GRACE", "COMPILE_THREADS", "COMPILE_PROCESSES", "COMPILE_START",
+                   "COMPILE_NEXT_KEY", "PROGRESS_S", "LOST_S", "JOB_ID", "MAX_RUNS", "SYNC_EVERY")
+#: what other tuners' variables (Helion's ``HELION_*``, TileLang's) are here, by the words a port would put after
+#: the prefix
+OTHER_VARIABLES = {
+    **dict.fromkeys(("FORCE_AUTOTUNE", "FORCE", "FORCE_TUNE", "SKIP_CACHE", "DISABLE_CACHE", "NO_CACHE"),
+                    f"{PREFIX}ALWAYS_TUNE=1 tunes again a key the disk cache holds"),
+    **dict.fromkeys(("EFFORT", "AUTOTUNE_EFFORT", "BUDGET"), "no variable: autotune(budget=seconds) bounds a key's "
+                    "tuning; a call with autotune=False, or undecided='first', tunes nothing"),
+    **dict.fromkeys(("LOG_LEVEL", "AUTOTUNE_LOG_LEVEL", "VERBOSE", "PRINT"),
+                    "TRITON_PRINT_AUTOTUNING=1, or each call's autotune_verbose=True"),
+}
+#: the unknown variables :func:`say_unknown` warned of in this process
+_SAID_UNKNOWN: set[str] = set()
+
+
+def say_unknown(env: Mapping[str, str]) -> None:
+    """Warn once per process and name of each variable of :data:`PREFIX` in ``env`` that the tuner does not read: a
+    misspelt one (``..._ALWAYSTUNE=1``) or one carried over from another tuner (Helion's ``HELION_FORCE_AUTOTUNE``
+    as ``..._FORCE_AUTOTUNE``) was ignored with no word, and the job used its cached decisions. Each is named with
+    the nearest variable, or what stands for another tuner's."""
+    for name in sorted(env):
+        if not name.startswith(PREFIX) or name in _SAID_UNKNOWN or name[len(PREFIX):] in KNOWN_VARIABLES:
+            continue
+        _SAID_UNKNOWN.add(name)
+        rest = name[len(PREFIX):]
+        near = difflib.get_close_matches(rest, KNOWN_VARIABLES, n=1)
+        instead = OTHER_VARIABLES.get(rest) or (f"did you mean {PREFIX}{near[0]}?" if near else
+                                               "the variables it reads are in docs/operations.md")
+        warnings.warn(f"triton_dist_tune reads no variable {name} (set to {env[name]!r}), so it changes nothing: "
+                      f"{instead}", RuntimeWarning, stacklevel=2)
 
 
 def problem() -> str | None:

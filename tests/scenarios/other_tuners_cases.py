@@ -129,5 +129,25 @@ def pinned():
          decided_off=many.tuner.decided)
 
 
+@case
+def unknown_variable():
+    """A job run twice with ``..._FORCE_AUTOTUNE=1`` (Helion's ``HELION_FORCE_AUTOTUNE``) and a misspelt
+    ``..._ALWAYSTUNE=1`` set, meant to tune again: each rank says, once, that neither changes anything, and what to
+    set; the second call of the job reads the cache as before."""
+    import warnings
+
+    x, y = inputs(negative=False)
+    said = []
+    for call in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if call == 0:
+                tdt.init_distributed()
+            tuned = tdt.autotune(SPACE[:2], key_fn=lambda x, y, alpha: x.numel())(axpy_reduced)
+            tuned(x, y, 2.0)
+        said.append([str(w.message) for w in caught if w.category is RuntimeWarning])
+    emit(said=said)
+
+
 if __name__ == "__main__":
     main()
