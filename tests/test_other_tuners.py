@@ -150,3 +150,23 @@ def test_the_variables_the_warning_knows_are_the_documented_ones():
 
     documented = {name for name in variable_table() if name.startswith(settings.PREFIX)}
     assert {settings.PREFIX + name for name in settings.KNOWN_VARIABLES} == documented
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_a_kernel_builder_tuned_as_tilelang_tunes_one_is_said_once_at_the_callers_line(tmp_path):
+    """A port of TileLang's ``@autotune`` over ``@tilelang.jit`` (a function that builds the kernel for a config and
+    returns it): ``autotune`` times each run of the decorated function, so it chose the config that built fastest,
+    with no word. Now a ``UserWarning`` at the caller's line, once per function, on every rank, says what was timed
+    and what to decorate instead; a function that runs the kernel gets none."""
+    results = run_ranks(CASES, 2, ["builder"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        said = r.result["said"]
+        assert said["runs"] == [], said
+        assert len(said["builds"]) == 1, said
+        message, category, where = said["builds"][0]
+        assert category == "UserWarning" and where == "other_tuners_cases.py", said
+        assert message.startswith("builder.<locals>.build returned a callable (builder.<locals>.build.<locals>.run) "
+                                  "from a tuned call: autotune times each run of"), message
+        assert "Decorate a function that runs the kernel" in message, message

@@ -322,3 +322,20 @@ def config_hooks(space: Any, fn: Any, name: str) -> str | None:
             "calls no config's hook, so the launch runs without it. Call it before the launch, as Triton does: "
             "if config.pre_hook: config.pre_hook({'c_ptr': c, ...}) (the kernel's arguments by name); a helper "
             "function that calls it is not seen here")
+
+
+def returned_builder(fn: Any, result: Any) -> str | None:
+    """The warning for a tuned call whose result is a callable (a kernel, a function, a module): ``autotune`` times
+    each run of ``fn`` itself, so a function that builds a kernel and returns it (TileLang's ``autotune`` decorates
+    such a builder and times the kernel it returns, on inputs of its own) was tuned on how fast it builds, with no
+    word; None for any other result."""
+    if not callable(result) or isinstance(result, type):
+        return None
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    what = getattr(result, "__qualname__", None) or type(result).__qualname__
+    return (f"{name} returned a callable ({what}) from a tuned call: autotune times each run of {name} itself and "
+            f"chose the config whose run of {name} was fastest, so a function that builds a kernel and returns it "
+            f"(as TileLang's autotune decorates a kernel builder and times the kernel it builds) was timed building "
+            f"it, not running it. Decorate a function that runs the kernel on the call's arguments and returns its "
+            f"result (def run(a, b, c, *, block_M): build(block_M)(a, b, c); keep each config's kernel built once, "
+            f"with functools.lru_cache, so that the runs time the kernel)")

@@ -127,9 +127,16 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     alone = tuner.alone
     limit, tuned_names = tuner.positional_limit, tuner.space_names
     known: set[str] = set()  # keyword names met in calls that are no tuner typo nor tuned parameter (checked once)
+    said: list[bool] = []  # whether a callable returned from a call was warned of (once per function)
 
     def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
-        return _slow_path(tuner, key_fn, args, kwargs)
+        result = _slow_path(tuner, key_fn, args, kwargs)
+        if not said and callable(result):  # a kernel builder tuned on its build time (TileLang's habit)
+            builder = checks.returned_builder(fn, result)
+            if builder is not None:
+                said.append(True)
+                warnings.warn(builder, UserWarning, stacklevel=3)  # at the caller's line
+        return result
 
     @functools.wraps(fn)
     def tuned(*args: Any, **kwargs: Any) -> Any:

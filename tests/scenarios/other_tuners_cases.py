@@ -149,5 +149,32 @@ def unknown_variable():
     emit(said=said)
 
 
+@case
+def builder():
+    """TileLang's habit: ``autotune`` on a function that builds the kernel for a config and returns it (TileLang's
+    ``@autotune`` over ``@tilelang.jit`` tunes the kernel it builds): here each run of the function is what is
+    timed, the build. Said once, at the caller's line, on every rank; a port that runs the kernel is not."""
+    import warnings
+
+    tdt.init_distributed()
+
+    def build(n, *, BLOCK, CLAMP):
+        def run(x, y, out, alpha):
+            axpy_kernel[(triton.cdiv(n, BLOCK),)](x, y, out, n, alpha, BLOCK=BLOCK, CLAMP=CLAMP)
+        return run
+
+    builds = tdt.autotune(SPACE[:2], key_fn=lambda n: n)(build)
+    runs = tdt.autotune(SPACE[:2], key_fn=lambda x, y, alpha: x.numel())(axpy_reduced)
+    x, y = inputs(negative=False)
+    said = {}
+    for name, call in (("builds", lambda: builds(300)), ("runs", lambda: runs(x, y, 2.0))):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+            call()
+        said[name] = [(str(w.message), w.category.__name__, os.path.basename(w.filename)) for w in caught]
+    emit(said=said)
+
+
 if __name__ == "__main__":
     main()
