@@ -56,6 +56,27 @@ def test_tilelang_and_helion_option_names_say_what_to_write_instead(option):
     assert "did you mean" not in text, text
 
 
+@pytest.mark.parametrize(("option", "expected"), [
+    ("autotune_effort", "(Helion's; here: none in contextual_autotune (autotune's budget= bounds"),
+    ("budget", "(autotune's; here: none in contextual_autotune (autotune's budget= bounds"),
+    ("autotune_baseline_fn", "(Helion's; here: none in contextual_autotune: it checks no config's result"),
+    ("ref_prog", "(autotune's; here: none in contextual_autotune: it checks no config's result"),
+    ("rtol", "(autotune's; here: none in contextual_autotune: it checks no config's result"),
+    ("skip_check", "(TileLang's; here: none in contextual_autotune: it checks no config's result"),
+    ("config", "(Helion's; here: a kernel pinned for production: its @triton.autotune(configs=[that one config]"),
+])
+def test_contextual_autotune_says_it_has_no_reference_check_nor_budget(option, expected):
+    """``contextual_autotune(autotune_effort='quick')``, ``(budget=...)``, ``(ref_prog=...)``: a Helion user looks for
+    an effort bound and an accuracy check; before, "unknown option(s)" and the list alone, which left open whether
+    the kernels' configs were checked at all. Each now says that there is none, and what comes nearest."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.contextual_autotune(**{option: None})
+    text = str(caught.value)
+    assert f"unknown option(s) {option!r} {expected}" in text, text
+
+
 def test_a_misspelt_option_still_gets_the_nearest_name():
     """The other tuners' names take nothing from the nearest-name hint of a plain misspelling."""
     import triton_dist_tune as tdt

@@ -53,6 +53,32 @@ HELION_NAMES: dict[str, str] = {
 }
 
 
+#: what ``contextual_autotune`` (which tunes the ``@triton.autotune`` kernels a function launches, with their own
+#: configs) has for a check against a reference and an effort bound, asked for by Helion's names, TileLang's, or
+#: ``autotune``'s own
+_NO_CHECK = ("none in contextual_autotune: it checks no config's result against a reference (autotune's ref_prog "
+             "with rtol/atol does)")
+_EFFORT = ("none in contextual_autotune (autotune's budget= bounds a key's tuning in seconds): fewer rounds with "
+           "n_repeat= and n_warmup=, or a @triton.autotune kernel with fewer configs or prune_configs_by")
+CONTEXTUAL_NAMES: dict[str, str] = {
+    **dict.fromkeys(("autotune_baseline_fn", "autotune_baseline_atol", "autotune_baseline_rtol",
+                     "autotune_accuracy_check", "ref_prog", "rtol", "atol", "skip_check", "max_mismatched_ratio",
+                     "manual_check_prog"), _NO_CHECK),
+    **dict.fromkeys(("autotune_effort", "budget", "autotune_max_generations"), _EFFORT),
+    "config": "a kernel pinned for production: its @triton.autotune(configs=[that one config], ...), which "
+              "contextual_autotune launches without timing it",
+}
+
+
+def contextual_hint(name: str) -> str | None:
+    """What ``contextual_autotune`` has for option ``name`` of TileLang's, Helion's or ``autotune``'s that asks for a
+    check against a reference, an effort bound or a pinned config (:data:`CONTEXTUAL_NAMES`), or None."""
+    if name not in CONTEXTUAL_NAMES:
+        return None
+    whose = ("TileLang's" if name in TILELANG_NAMES else "Helion's" if name in HELION_NAMES else "autotune's")
+    return f"{whose}; here: {CONTEXTUAL_NAMES[name]}"
+
+
 def hint(name: str) -> str | None:
     """What to write instead of TileLang's or Helion's option ``name`` (with whose it is), or None."""
     if name in TILELANG_NAMES:

@@ -61,7 +61,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .. import checks, settings
+from .. import checks, other_tuners, settings
 from ..capture import eagerly, is_compiling
 from ..group.mpi import is_communicator
 from .options import ContextualOptions
@@ -129,7 +129,7 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
     have (naming the nearest one).
     """
     checks.no_unknown_options(unknown, _OPTIONS, "contextual_autotune", checks.CONTEXTUAL_TRITON_NAMES,
-                              checks.CONTEXTUAL_ELSEWHERE)
+                              checks.CONTEXTUAL_ELSEWHERE, other_tuners.contextual_hint)
     if callable(is_dist) and not _is_group(is_dist):
         return contextual_autotune()(is_dist)
 
