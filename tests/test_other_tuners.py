@@ -191,3 +191,20 @@ def test_a_kernel_builder_tuned_as_tilelang_tunes_one_is_said_once_at_the_caller
         assert message.startswith("builder.<locals>.build returned a callable (builder.<locals>.build.<locals>.run) "
                                   "from a tuned call: autotune times each run of"), message
         assert "Decorate a function that runs the kernel" in message, message
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_config_that_leaves_an_undeclared_output_unwritten_fails_its_reference_check(tmp_path, ranks):
+    """An in-place kernel returning nothing, its output undeclared, its grid ``n // BLOCK``: the ``BLOCK=512`` config
+    launches no program for ``n = 256``. Before, an undeclared argument ``ref_prog`` wrote was compared only for a
+    config whose own run wrote it, so that config passed the check (and could be chosen); now one an earlier
+    config wrote is compared for every later config: it fails on every rank, naming ``y``."""
+    results = run_ranks(CASES, ranks, ["unwritten_output"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        failed = r.result["failed"]
+        assert list(failed) == ["{BLOCK: 512}"], failed
+        assert "wrong result: the result['y']" in failed["{BLOCK: 512}"], failed
+        assert r.result["right"], r.result

@@ -176,5 +176,35 @@ def builder():
     emit(said=said)
 
 
+@triton.jit
+def axpy_into_kernel(x_ptr, y_ptr, alpha, BLOCK: tl.constexpr):
+    """``y += alpha * x`` over whole blocks (no mask: the grid covers whole blocks only)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(y_ptr + offs) + alpha * tl.load(x_ptr + offs))
+
+
+@case
+def unwritten_output():
+    """An in-place kernel that returns nothing, its output ``y`` undeclared, checked against a ``ref_prog`` that
+    writes ``y`` too (Helion compares the arguments a kernel mutates with its baseline's): the grid is written
+    ``n // BLOCK``, so the ``BLOCK=512`` config launches no program for ``n = 256`` and leaves ``y`` as the caller
+    had it. It must fail its check on every rank, not be chosen."""
+    tdt.init_distributed()
+
+    def axpy_into(x, y, alpha, *, BLOCK):
+        axpy_into_kernel[(x.numel() // BLOCK,)](x, y, alpha, BLOCK=BLOCK)
+
+    def reference_into(x, y, alpha):
+        y.add_(alpha * x)
+
+    tuned = tdt.autotune([{"BLOCK": block} for block in (64, 128, 256, 512)], key_fn=lambda x, y, alpha: x.numel(),
+                         ref_prog=reference_into, n_repeat=2)(axpy_into)
+    x, y = torch.ones(256), torch.arange(256, dtype=torch.float32)
+    tuned(x, y, 2.0)
+    decision = tuned.tuner.decisions[next(iter(tuned.tuner.decisions))]
+    emit(failed={str(o.config): o.error for o in decision.outcomes if o.error},
+         right=bool(torch.equal(y, torch.arange(256, dtype=torch.float32) + 2)))
+
+
 if __name__ == "__main__":
     main()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import timing
@@ -35,6 +35,10 @@ class Trial:
     #: the undeclared arguments ``ref_prog`` wrote (a GEMM's ``c``), by name, as it left them: a checked run that
     #: writes one must leave it alike (NaN matching NaN: parts neither wrote)
     buffers: Reference | None = None
+    #: the names of :attr:`buffers` some config's checked run wrote on this rank: outputs of the function, compared
+    #: for every later checked run, one that leaves them as the caller had them too (a config whose grid launches
+    #: no program, ``n // BLOCK`` with ``BLOCK > n``)
+    written_by_runs: set[str] = field(default_factory=set)
     #: the last exception a config's run raised on this rank (with its traceback): the cause of the error raised
     #: when every config failed
     last_error: BaseException | None = None
@@ -112,8 +116,12 @@ class Trial:
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         wrong = self.reference.mismatch(produced) if self.reference is not None else None
         if wrong is None and self.buffers is not None and self.state is not None:
-            written = set(self.state.changed_now())  # only those this run wrote: what ref_prog alone writes is no
-            names = [name for name in self.buffers.value if name in written]  # output of the function
+            # those this run wrote, and those an earlier config's run wrote: what ref_prog alone writes is no output
+            # of the function (a scratch argument), but one that some config writes is, and a config that leaves it
+            # unwritten is wrong (before, it passed: only what the run itself wrote was compared)
+            written = set(self.state.changed_now())
+            self.written_by_runs.update(name for name in self.buffers.value if name in written)
+            names = [name for name in self.buffers.value if name in self.written_by_runs]
             if names:
                 wrong = self.buffers.mismatch_of({name: self.state.watched[name][0] for name in names})
         return wrong
