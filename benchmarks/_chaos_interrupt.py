@@ -31,14 +31,11 @@ Checked per job:
   are the same on every rank;
 - a control's calls all return.
 
-Documented gaps, whose jobs' findings are noted, not counted: an interruption raised inside ``key_fn`` (the rank
-leaves the group's exchanges, and a peer passes over them where the rank's next call comes: docs, the
-``BaseException`` row; this program goes on to its next call instead of calling again, which pairs with the peers'
-call it left where that key was undecided: "Not covered"), and a leaver back past the grace that its peers counted
-out at a call after the interrupted one (its "left" record lay at their next turn: its next call pairs with their
-call after that, ``group/passover.py``: "a caller that calls again pairs with its peers' call again"; this program
-goes on instead of calling again). One line per job, then a summary; the job folders are kept for violations
-(``--keep``: all).
+Documented gaps, whose jobs' findings are noted, not counted: an interruption raised inside ``key_fn`` (docs: "Not
+covered"), and a leaver back past the grace that its peers counted out at a call after the interrupted one (its
+"left" record lay at their next turn: its next call pairs with their call after that, ``group/passover.py``: "a
+caller that calls again pairs with its peers' call again"; this program goes on instead of calling again). One
+line per job, then a summary; the job folders are kept for violations (``--keep``: all).
 ``--plan JSON`` runs a hand-made plan (a narrowed case; ``pauses`` there: ``_chaos_interrupt_rank.py``).
 """
 

@@ -19,7 +19,6 @@ from .capture import capturing, eagerly, tuning_in_capture
 from .contextual.stock_watch import watch_decided_calls, watching
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
-from .function.tuner import left_in_key_fn
 from .group.resolve import find_group
 from .space import CALL_KEYWORDS
 
@@ -166,9 +165,6 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
                             config = decided_in.get((*place, key_fn(*args, **kwargs)))
                         except Exception:
                             config = None
-                        except BaseException as exc:  # Ctrl-C in key_fn: the peers may wait for this call
-                            left_in_key_fn(tuner, exc, pg, replicas)
-                            raise
                         if config is not None:
                             return fn(*args, **kwargs, **config)
                 return slow(args, given)
@@ -178,9 +174,6 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
             config = decided.get(key_fn(*args, **kwargs))
         except Exception:  # an unhashable key or a failing key_fn: the slow path reports it to the group
             config = None
-        except BaseException as exc:  # Ctrl-C, sys.exit in key_fn: the peers may wait for this call's key
-            left_in_key_fn(tuner, exc, None)
-            raise
         if config is None:
             return slow(args, given)
         return fn(*args, **kwargs, **config)
@@ -235,9 +228,6 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
             key: Any = key_fn(*args, **{k: v for k, v in kwargs.items() if k not in CALL_KEYWORDS})
         except Exception as exc:  # the message names what it can
             key = f"<key_fn failed: {type(exc).__name__}>"
-        except BaseException as exc:  # (an interruption: as in the lookup)
-            left_in_key_fn(tuner, exc, kwargs.get("autotune_pg"), kwargs.get("autotune_replicas"))
-            raise
         if tuner.decided_config(key, kwargs.get("autotune_pg"), kwargs.get("autotune_replicas")) is None:
             raise tuning_in_capture(tuner.name, f"key {key!r} is not decided", TUNE_AHEAD)
     return eagerly(_watched_call, tuner, args, kwargs)

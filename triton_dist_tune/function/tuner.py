@@ -15,7 +15,6 @@ from ..disk import logs
 from ..errors import BadInputError, describe_error
 from ..group.calls import calling
 from ..group.channel import Group
-from ..group.leaving import left_before_its_turn
 from ..group.resolve import find_group, resolve_group
 from ..group.store_texts import said_as
 from ..measure.replicas import Layout
@@ -106,11 +105,6 @@ class Tuner(TunedFunction):
             # key_fn written for the call without it: named as such, not as key_fn's TypeError
             key, key_error, key_exc = None, (self._call_problem(args, None if overwrite else kwargs)
                                              or f"key_fn failed: {describe_error(exc)}"), exc
-        except BaseException as exc:  # Ctrl-C, sys.exit, a cancelled task: the peers may wait for this call
-            if not _talks_to_nobody(self):
-                for each in (group, *((layout.replicas,) if layout is not None else ())):
-                    left_before_its_turn(each, exc)
-            raise
         if key_error is None:
             try:
                 hash(key)
@@ -327,25 +321,3 @@ def _key_problem(key: Hashable) -> str | None:
     except BadInputError as exc:
         return str(exc)
     return None
-
-
-def left_in_key_fn(tuner: Tuner, interruption: BaseException, pg: Any, replicas: Any = None) -> None:
-    """``interruption`` ended a call of ``tuner``'s function in its ``key_fn``'s lookup of the key's decision, before
-    the tuner's call: the rank leaves the exchanges of the call's group (``autotune_pg``, and ``autotune_replicas``'
-    group) as where the tuner's own call of ``key_fn`` is interrupted
-    (:func:`~triton_dist_tune.group.leaving.left_before_its_turn`); not for a rank-local function whose undecided
-    keys are served (it talks to no peer: nobody waits for it)."""
-    if _talks_to_nobody(tuner):
-        return
-    for each, option in ((pg, "autotune_pg"), *(((replicas, "autotune_replicas"),) if replicas is not None else ())):
-        try:
-            group = resolve_group(each, option)
-        except Exception:  # a wrong group: the call says so when made again
-            continue
-        left_before_its_turn(group, interruption)
-
-
-def _talks_to_nobody(tuner: Tuner) -> bool:
-    """Whether a call of ``tuner``'s function whose key is undecided makes no exchange: a rank-local function
-    (``sharded=True``, a ``local=True`` campaign's) whose undecided keys a policy serves."""
-    return (tuner.options.sharded or tuner.rank_local) and tuner.undecided.current() != "tune"

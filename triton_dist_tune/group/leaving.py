@@ -205,24 +205,6 @@ def result_kept_if_interrupted(group: Group, keep: Callable[[Any], None] | None,
         raise
 
 
-def left_before_its_turn(group: Group, interruption: BaseException) -> None:
-    """``interruption`` (a ``BaseException`` that is not an ``Exception``: Ctrl-C, ``sys.exit``, a cancelled task)
-    ended this rank's call before it took ``group``'s turn, where it cannot know whether the call needs the group:
-    its ``key_fn`` (its key may be undecided, its peers waiting for it at the tuning's first exchange, or decided,
-    the peers' call needing nobody). The rank leaves the group's exchanges as after a turn's last exchange
-    (:meth:`Group.leave`): its "left" record lies at its next exchange on the group, where a peer, past its last turn,
-    waits a short grace for this rank's next call and passes over the exchange where it comes, else raises
-    ``RankFailedError`` (at once where this rank's process ended: :mod:`.passover`). Before, nothing was sent: where
-    the rank's process ended or it called no more, its peers waited the exchange's deadline ``T + T/10``. Nothing
-    where another thread of this process holds the group's turn (its exchanges go on: not covered)."""
-    if isinstance(interruption, Exception) or not group.lock.acquire(blocking=False):
-        return
-    try:
-        group.leave(interruption)
-    finally:
-        group.lock.release()
-
-
 def _ended_there(group: LeavingChannel, seq: int, exc: Exception) -> None:
     """The result of exchange ``seq``, read again at this rank's next call, is an error every rank raised there (a
     rank's error, or another rank that left it and was counted out: :class:`RankFailedError`). This rank's call
