@@ -87,3 +87,20 @@ def test_a_contextual_rank_interrupted_as_it_applies_a_runs_result_ends_its_call
     assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
             in log) is at.startswith("applying"), log[-3000:]
 
+
+
+HELD = HERE / "scenarios" / "held_signal_cases.py"
+
+
+@pytest.mark.timeout(150)
+def test_a_signal_while_a_rank_applies_an_error_result_still_reaches_its_handler(tmp_path):
+    """The function raises on rank 1 in a run of a ``contextual_autotune`` tuning; as each rank logs that error,
+    inside its application of the run's exchange result, a SIGTERM comes, whose handler (the program's) sets a flag.
+    Promised: every rank raises the error, and the handler runs on every rank (the held signal is raised to it as the
+    application raises), its handler put back. Before (the closing review of the eighty-second session): the
+    application raised before the held signals were raised, and the handler never ran: a graceful shutdown lost."""
+    results = run_ranks(HELD, 2, ["signal_while_an_error_is_applied"], timeout=120, env=tuner_env(tmp_path, 20))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    said = [r for result in results for r in result.results]
+    assert len(said) == 2 and all(r["error"] == "AutotuneError" for r in said), describe(results)
+    assert all(r["handler_ran"] and r["handler_back"] for r in said), describe(results)

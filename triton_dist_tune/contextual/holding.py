@@ -118,7 +118,8 @@ def hold(held: Held | None, exc: BaseException) -> None:
 def holding(session: CallState) -> Iterator[Held]:
     """While inside, ``session.log``'s lines and Triton's listener (:mod:`~.decisions`) hold the interruptions they
     raise, and the signals Python handles are noted, not handled (on the main thread), in the :class:`Held` yielded
-    (``session.held``), for the caller to raise (:meth:`Held.raise_now`) once the whole result is applied."""
+    (``session.held``), for the caller to raise (:meth:`Held.raise_now`) once the whole result is applied; where
+    the application raises instead, they are raised here, as it does."""
     held = Held()
     log = session.log  # (a cached property: its value is in the instance's dict from here on)
     saved, session.held = session.held, held
@@ -126,6 +127,11 @@ def holding(session: CallState) -> Iterator[Held]:
     held.defer()
     try:
         yield held
+    except BaseException:  # the application raised (an error every rank raises): what was held is raised first
+        held.restore()     # (a signal's handler runs: a graceful shutdown's flag; an interruption replaces the
+        session.held, session.__dict__["log"] = saved, log  # error, which is its context); before, both were lost
+        held.raise_now()
+        raise
     finally:
         held.restore()
         session.held, session.__dict__["log"] = saved, log
