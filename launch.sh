@@ -25,8 +25,10 @@ pip's install (or what a plain python imports) is another copy, launch.sh says s
 MODULE:NAME, --calls, --keys, --backend and --group-size (against the job's ranks) are checked before torchrun
 starts. Arguments that ask for help (-h or --help) run the
 script or module once, as one process, not on every rank: its help is printed once. A script (or module) that
-defines parse_arguments(argv) at its top level, as the examples do, has its arguments checked by that function once
-before torchrun starts (scripts/check_args.py): a wrong one is its usage error once and exit status 2.
+opts in, as the examples do (at its top level: LAUNCH_CHECKS_ARGUMENTS = True, and parse_arguments(argv) taking the
+arguments after the script's name), has its arguments checked by that function once before torchrun starts
+(scripts/check_args.py; it imports the script): a wrong one is its usage error once and exit status 2. Any other
+script is not imported nor checked here; where the check cannot tell (the import fails or exits), the ranks start.
 
 Multi-node: set NNODES, with NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500), on every node; they are
 passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port (checked first: a value torchrun
@@ -229,9 +231,10 @@ fi
 one_rank=0  # one rank on one node: started below without torchrun's agent
 [[ "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ]] && one_rank=1
 if [[ $# -gt 0 && $wants_help -eq 0 && $one_rank -eq 0 ]]; then
-  # a script's arguments, checked once here where it defines parse_arguments(argv) (as the examples do): a wrong one
-  # is its usage error once and argparse's exit status 2, not that error from every rank followed by torchrun's
-  # ChildFailedError traceback (scripts/check_args.py; a script without that function, or no arguments: nothing)
+  # a script's arguments, checked once here where it opts in (LAUNCH_CHECKS_ARGUMENTS = True and parse_arguments(argv),
+  # as the examples do): a wrong one is its usage error once and argparse's exit status 2, not that error from every
+  # rank followed by torchrun's ChildFailedError traceback (scripts/check_args.py; any other script, or no arguments:
+  # not imported, nothing checked)
   checked=0
   if [[ $module -eq 1 ]]; then
     "${PYTHON:-python3}" "$here/scripts/check_args.py" -m "$script" "$@" || checked=$?

@@ -274,6 +274,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: ``bash launch.sh`` checks this script's arguments once, with parse_arguments, before it starts the ranks
+LAUNCH_CHECKS_ARGUMENTS = True
+
+
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
     launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""

@@ -50,6 +50,10 @@ def reference_gla(q, k, v, g, scale: float):
     return out
 
 
+#: ``bash launch.sh`` checks this script's arguments once, with parse_arguments, before it starts the ranks
+LAUNCH_CHECKS_ARGUMENTS = True
+
+
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
     launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""

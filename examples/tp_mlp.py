@@ -94,6 +94,10 @@ def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) ->
     return F.gelu(x_full.float() @ w_up.float(), approximate="tanh") @ w_down.float()
 
 
+#: ``bash launch.sh`` checks this script's arguments once, with parse_arguments, before it starts the ranks
+LAUNCH_CHECKS_ARGUMENTS = True
+
+
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The example's options: none but ``--help`` (another: the usage, its message and exit status 2). ``bash
     launch.sh`` calls it once before it starts the ranks (scripts/check_args.py), so that a mistake is said once."""

@@ -3,15 +3,21 @@
     python3 scripts/check_args.py SCRIPT [ARGS...]       # a script, by its file
     python3 scripts/check_args.py -m MODULE [ARGS...]    # a module, as ``python -m`` names it
 
-Where the script (or module) defines, at its top level, a function ``parse_arguments(argv)`` (found by reading its
-source, not by running it), it is imported under a name other than ``__main__`` (its ``if __name__ == "__main__":``
-part does not run) and that function is called with ARGS, as each rank's ``main`` would call it: an argparse error
-is the script's usage and message, printed once here, and the exit status is argparse's (2). Exit status 0 where the
-arguments parse, where there is no such function, and where this check cannot tell (the source cannot be read or
-parsed, importing it fails, the function raises something else): the ranks then show what they show.
+Only a script (or module) that opts in is checked: its source sets, at its top level, ``LAUNCH_CHECKS_ARGUMENTS =
+True`` and defines a function ``parse_arguments(argv)`` that takes the arguments after the script's name (as every
+script of ``examples/`` does). That is read from the source, not run: any other script is neither imported nor
+checked, and its ranks start as they would without this check. An opted-in script is imported under a name other
+than ``__main__`` (its ``if __name__ == "__main__":`` part does not run), with ``sys.argv`` as a rank has it
+(``[script, *ARGS]``), and ``parse_arguments(ARGS)`` is called: an argparse error is the script's usage and message,
+printed once here, and the exit status is argparse's (2). Exit status 0 where the arguments parse, and where this
+check cannot tell: the source cannot be read or parsed, the import fails or exits (``SystemExit`` of any code
+included), the function raises or exits with anything but an int status. The ranks then show what they show.
 
 Before, a wrong argument (``bash launch.sh examples/moe_gemm.py --no-such-flag``) was the usage error once per rank,
-then torchrun's ``ChildFailedError`` traceback, exit status 1.
+then torchrun's ``ChildFailedError`` traceback, exit status 1. Before the opt-in (a top-level ``parse_arguments``
+alone made a script checked), scripts the ranks run were refused or changed: one that parses ``sys.argv[1:]`` at
+import, one whose ``parse_arguments`` takes the whole ``argv``, one that exits at import outside torchrun, and one
+whose import has a side effect, which ran once more here.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 
 #: the function a script defines to have its arguments checked by launch.sh before its ranks start
 FUNCTION = "parse_arguments"
+#: the top-level name a script sets to True to opt in to the check
+OPT_IN = "LAUNCH_CHECKS_ARGUMENTS"
 
 
 def module_file(name: str) -> tuple[str, Path] | None:
@@ -49,19 +57,33 @@ def module_file(name: str) -> tuple[str, Path] | None:
     return name, Path(spec.origin)
 
 
-def defines_parser(source: Path) -> bool:
-    """Whether ``source`` defines :data:`FUNCTION` at its top level (read, not run)."""
+def _sets_opt_in(node: ast.stmt) -> bool:
+    """Whether ``node`` is ``OPT_IN = True`` (or ``OPT_IN: bool = True``)."""
+    if isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        targets, value = [node.target], node.value
+    else:
+        return False
+    named = any(isinstance(t, ast.Name) and t.id == OPT_IN for t in targets)
+    return named and isinstance(value, ast.Constant) and value.value is True
+
+
+def opts_in(source: Path) -> bool:
+    """Whether ``source`` sets :data:`OPT_IN` to True and defines :data:`FUNCTION`, both at its top level (read,
+    not run)."""
     try:
         tree = ast.parse(source.read_bytes(), str(source))
     except (OSError, SyntaxError, ValueError):
         return False
-    return any(isinstance(node, ast.FunctionDef) and node.name == FUNCTION for node in tree.body)
+    defines = any(isinstance(node, ast.FunctionDef) and node.name == FUNCTION for node in tree.body)
+    return defines and any(_sets_opt_in(node) for node in tree.body)
 
 
-def load_parser(target: str, as_module: bool) -> Callable[[list[str]], object] | None:
+def load_parser(target: str, as_module: bool, args: list[str]) -> Callable[[list[str]], object] | None:
     """The script's (or module's) :data:`FUNCTION`, imported as the ranks' python would find it (``sys.path[0]``:
-    the script's folder, or the current folder for a module; ``sys.argv[0]``: its file, argparse's ``prog``); None
-    where it defines none."""
+    the script's folder, or the current folder for a module; ``sys.argv``: its file, then ``args``, as a rank has
+    it); None where it does not opt in (:func:`opts_in`)."""
     if as_module:
         found = module_file(target)
         if found is None:
@@ -71,9 +93,9 @@ def load_parser(target: str, as_module: bool) -> Callable[[list[str]], object] |
     else:
         name, source = "__launch_checked_script__", Path(target)  # a name no real module has
         sys.path[0] = str(source.resolve().parent)
-    if not defines_parser(source):
+    if not opts_in(source):
         return None
-    sys.argv[0] = str(source.resolve())
+    sys.argv[:] = [str(source.resolve()), *args]
     if as_module:
         module = importlib.import_module(name)
     else:
@@ -96,15 +118,15 @@ def main(argv: list[str]) -> int:
         return 2
     target, args = argv[0], argv[1:]
     try:
-        parse = load_parser(target, as_module)
-    except Exception:  # its import failed: the ranks show why
+        parse = load_parser(target, as_module, list(args))
+    except (Exception, SystemExit):  # its import failed or exited (any status): cannot tell, the ranks show it
         return 0
-    if parse is None:
+    if not callable(parse):
         return 0
     try:
-        parse(args)
+        parse(list(args))
     except SystemExit as done:  # argparse's error (its usage and message are printed): 2
-        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        return done.code if isinstance(done.code, int) else 0  # (a message, not a status: cannot tell)
     except Exception:  # an error of the function's own: the ranks show it
         return 0
     return 0

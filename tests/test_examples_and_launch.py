@@ -175,10 +175,12 @@ def test_launch_sh_prints_a_scripts_help_once(tmp_path: Path, target: list[str])
     assert text.count("usage:") == 1, text[-6000:]
 
 
-#: a user's script that opts in to launch.sh's check (a top-level ``parse_arguments(argv)``); each rank says it ran
+#: a user's script that opts in to launch.sh's check (``LAUNCH_CHECKS_ARGUMENTS = True``, ``parse_arguments(argv)``);
+#: each rank says it ran
 CHECKED_TOOL = '''
 import argparse, os, sys
 
+LAUNCH_CHECKS_ARGUMENTS = True
 
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser()
@@ -235,6 +237,80 @@ def test_launch_sh_starts_the_ranks_of_arguments_that_parse(tmp_path: Path) -> N
                        timeout=80)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.count("ARGS --anything") == 2, done.stdout
+
+
+#: scripts the ranks run as they are, each with a top-level ``parse_arguments``: launch.sh's check must not refuse
+#: them nor change what they do. Each rank writes "RANK <rank> STEPS <steps>" (one write: the ranks share stdout);
+#: sideeffect's import writes a line to imported.log.
+UNCHECKED_SCRIPTS = {
+    # no __main__ guard: its arguments are parsed at import, from sys.argv[1:]
+    "unguarded": """
+import argparse, os, sys
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1)
+    return parser.parse_args(argv)
+args = parse_arguments(sys.argv[1:])
+os.write(1, f"RANK {os.environ.get('RANK')} STEPS {args.steps}\\n".encode())
+""",
+    # outside torchrun (no RANK) it exits at import
+    "exits_at_import": """
+import argparse, os, sys
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1)
+    return parser.parse_args(argv)
+if "RANK" not in os.environ:
+    sys.exit("start me with torchrun")
+os.write(1, f"RANK {os.environ['RANK']} STEPS {parse_arguments(sys.argv[1:]).steps}\\n".encode())
+""",
+    # parse_arguments takes the whole argv, program name first
+    "full_argv": """
+import argparse, os, sys
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1)
+    return parser.parse_args(argv[1:])
+if __name__ == "__main__":
+    os.write(1, f"RANK {os.environ.get('RANK')} STEPS {parse_arguments(sys.argv).steps}\\n".encode())
+""",
+    # its import has a side effect: a line in imported.log, once per rank and no more
+    "sideeffect": """
+import argparse, os, sys
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "imported.log"), "a") as log:
+    log.write(f"RANK {os.environ.get('RANK')}\\n")
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1)
+    return parser.parse_args(argv)
+if __name__ == "__main__":
+    os.write(1, f"RANK {os.environ.get('RANK')} STEPS {parse_arguments(sys.argv[1:]).steps}\\n".encode())
+""",
+}
+#: an opted-in script whose import exits outside torchrun: the check cannot tell, so the ranks run
+UNCHECKED_SCRIPTS["opted_in_exits_at_import"] = UNCHECKED_SCRIPTS["exits_at_import"].replace(
+    "import argparse, os, sys\n", "import argparse, os, sys\nLAUNCH_CHECKS_ARGUMENTS = True\n", 1)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", sorted(UNCHECKED_SCRIPTS))
+def test_launch_sh_runs_the_ranks_of_a_script_its_check_cannot_judge(tmp_path: Path, name: str) -> None:
+    """Before, any script with a top-level ``parse_arguments`` was imported and checked by launch.sh: one that parses
+    its arguments at import exited 2 (``unrecognized arguments``: only ``sys.argv[0]`` was the rank's), one whose
+    ``parse_arguments`` takes the whole argv exited 2, one that exits at import outside torchrun made the launch exit
+    1, one whose import has a side effect had it once more. Now only a script that opts in
+    (``LAUNCH_CHECKS_ARGUMENTS = True``) is checked, and an import that fails or exits is "cannot tell": each runs on
+    both ranks with its arguments, exit status 0, its import once per rank only."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(UNCHECKED_SCRIPTS[name])
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "2", script, "--steps", "3"], tmp_path,
+                       user_env(tmp_path), timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("RANK ")) == [
+        "RANK 0 STEPS 3", "RANK 1 STEPS 3"], done.stdout[-3000:] + done.stderr[-3000:]
+    log = tmp_path / "imported.log"
+    if name == "sideeffect":
+        assert sorted(log.read_text().splitlines()) == ["RANK 0", "RANK 1"], log.read_text()
 
 
 @pytest.mark.timeout(120)
