@@ -83,6 +83,61 @@ def test_hooks_written_for_triton_autotune_are_refused_when_decorating():
     tdt.autotune(space, key_fn=lambda x: 0, pre_hook=lambda config, *args, **kwargs: None)(one)
 
 
+def test_a_hook_refused_or_kept_by_where_its_triton_named_parameter_gets_its_value():
+    """Before, a hook was refused for the name ``exception`` / ``reset_only`` alone. Now it is refused where that
+    parameter would get one of the call's positional arguments, or no value from any call; kept where the call
+    cannot reach it by position (a tuned parameter and those after it are never passed so) and it has a default,
+    or where it names the function's own parameter."""
+    import triton_dist_tune as tdt
+
+    def one(x, *, BLOCK):
+        return x
+
+    def two(x, y, *, BLOCK):
+        return x
+
+    def tuned_second(x, BLOCK, y):
+        return x
+
+    def none(*, BLOCK):
+        return 0
+
+    def spread(x, *rest, BLOCK):
+        return x
+
+    space = [{"BLOCK": 64}, {"BLOCK": 128}]
+    refused = [(two, "post_hook", lambda config, x, exception=None: None, "would get the call's argument 'y'"),
+               (spread, "post_hook", lambda config, x, exception=None: None, "a positional argument of the call"),
+               (none, "post_hook", lambda nargs, exception: None, "no call gives it a value"),
+               (one, "post_hook", lambda config, *, exception: None, "no call gives it a value"),
+               (one, "pre_hook", lambda nargs, reset_only=False: None, "would get the call's argument 'x'")]
+    for fn, option, hook, said in refused:
+        with pytest.raises(tdt.BadInputError) as caught:
+            tdt.autotune(space, key_fn=lambda *a: 0, **{option: hook})(fn)
+        assert said in str(caught.value), (fn.__name__, str(caught.value))
+    kept = [(one, "post_hook", lambda config, x, exception=None: None),
+            (one, "pre_hook", lambda config, x, reset_only=False: None),
+            (tuned_second, "post_hook", lambda config, x, exception=None: None),
+            (spread, "post_hook", lambda config, *rest, exception=None: None),
+            (none, "pre_hook", lambda nargs, reset_only=False: None)]  # gets the config dict: no call's argument
+    for fn, option, hook in kept:
+        tdt.autotune(space, key_fn=lambda *a: 0, **{option: hook})(fn)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(150)
+def test_a_hook_in_this_packages_style_with_a_parameter_named_exception_is_kept(tmp_path):
+    """``post_hook(config, x, out, exception=None)`` and ``pre_hook(config, x, out, reset_only=False)`` on
+    ``f(x, out, *, config)``: before, refused when decorating for the names alone. Now kept, and every run (2 gloo
+    ranks, Triton's interpreter) calls each with the config dict and the parameter at its default."""
+    results = run_ranks(CASES, 2, ["package_style_hook_named_exception"], env=tuner_env(tmp_path, 30), timeout=120)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        res = r.result
+        assert res["seen"] == [["post", True, "None"], ["pre", True, "False"]], res
+        assert res["calls"] >= 4 and res["finite"], res
+
+
 def test_triton_key_names_given_as_key_fn_say_what_to_write():
     """``autotune(configs, ['n'])``: Triton's ``key`` in ``key_fn``'s place was "key_fn must be callable" alone."""
     import triton_dist_tune as tdt

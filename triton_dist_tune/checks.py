@@ -272,12 +272,16 @@ def not_a_kernel(fn: Any, decorator: str) -> None:
 TRITON_HOOK_PARAMETERS = {"pre_hook": "reset_only", "post_hook": "exception"}
 
 
-def hook_signature(hook: Any, option: str, fn: Any) -> None:
+def hook_signature(hook: Any, option: str, fn: Any, tuned: frozenset[str] = frozenset()) -> None:
     """A ``pre_hook`` / ``post_hook`` of ``autotune`` is called ``hook(config, *args, **kwargs)``. One written for
-    ``triton.autotune`` (``pre_hook(nargs, reset_only=False)``, ``post_hook(nargs, exception)``: a parameter of
-    that name which ``fn`` does not have) would get the config dict as ``nargs`` and the call's first argument as
-    ``reset_only`` / ``exception``: silently wrong on a function of one argument, every config failing on others.
-    Refused when decorating, saying how this package calls a hook."""
+    ``triton.autotune`` (``pre_hook(nargs, reset_only=False)``, ``post_hook(nargs, exception)``) would get the config
+    dict as ``nargs`` and the call's first argument as ``reset_only`` / ``exception``: silently wrong on a function of
+    one argument, every config failing on others. Refused when decorating, saying how this package calls a hook,
+    where ``fn``'s signature says the call can put one of its positional arguments into that parameter (``fn``'s
+    parameter at that place is named otherwise; ``tuned``, the names configs set, are never passed by position, nor
+    any after them), or where no call can give that parameter a value and it has no default. A hook in this
+    package's style that merely names a parameter so (``post_hook(config, x, exception=None)`` on ``f(x, *,
+    block)``) is kept."""
     marker = TRITON_HOOK_PARAMETERS[option]
     if hook is None:
         return
@@ -286,14 +290,47 @@ def hook_signature(hook: Any, option: str, fn: Any) -> None:
         own = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # no signature to read: nothing to tell
         return
-    if marker not in names or marker in own:
+    receives = _marker_receives(list(names.values()), marker, list(own.values()), tuned)
+    if receives is None:
         return
     raise BadInputError(
         f"{option} {getattr(hook, '__qualname__', hook)!r} takes {marker!r}, as triton.autotune's "
-        f"{option}(kwargs, {marker}) does; autotune calls {option}(config, *args, **kwargs): the config dict under "
-        f"test, then the call's own arguments as the call passed them (no dict of them, no {marker}"
+        f"{option}(kwargs, {marker}) does, and {receives}; autotune calls {option}(config, *args, **kwargs): the "
+        f"config dict under test, then the call's own arguments as the call passed them (no dict of them, no {marker}"
         + (", and post_hook runs after a run that raised too" if option == "post_hook" else "")
         + f"). Write it as def {option}(config, *args, **kwargs) (or name the function's parameters)")
+
+
+def _marker_receives(hook: list[inspect.Parameter], marker: str, own: list[inspect.Parameter],
+                     tuned: frozenset[str]) -> str | None:
+    """What goes wrong with the hook parameter ``marker`` (of the hook's parameters ``hook``) when the hook is called
+    ``hook(config, *args, **kwargs)`` for a call of a function whose parameters are ``own``: the call's positional
+    argument it would receive, or that nothing ever gives it a value; None when neither can happen."""
+    found = next((p for p in hook if p.name == marker), None)
+    if found is None or found.kind in (found.VAR_POSITIONAL, found.VAR_KEYWORD):
+        return None
+    positional = []  # fn's parameters a call may pass by position: up to a tuned one (never passed by position)
+    for p in own:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) or p.name in tuned:
+            break
+        positional.append(p)
+    place = hook.index(found)  # the config dict fills place 0; the call's positional argument i fills place i + 1
+    if found.kind is not found.KEYWORD_ONLY:
+        if place == 0:
+            return None  # it gets the config dict, as this package's hooks do
+        index = place - 1
+        if index < len(positional) and positional[index].kind is not inspect.Parameter.VAR_POSITIONAL:
+            if positional[index].name == marker:
+                return None  # the hook names the function's parameters: it gets the function's own argument
+            return f"would get the call's argument {positional[index].name!r} where the call passes it by position"
+        if positional and positional[-1].kind is inspect.Parameter.VAR_POSITIONAL:
+            return f"would get a positional argument of the call (*{positional[-1].name})"
+    by_keyword = found.kind is not found.POSITIONAL_ONLY and (
+        any(p.name == marker and p.kind is not p.POSITIONAL_ONLY for p in own)
+        or any(p.kind is p.VAR_KEYWORD for p in own))
+    if found.default is found.empty and not by_keyword:
+        return "no call gives it a value (every run would fail with the hook's TypeError)"
+    return None
 
 
 def _names_read(code: Any, depth: int = 0) -> set[str]:

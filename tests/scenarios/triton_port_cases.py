@@ -78,6 +78,31 @@ def config_pre_hook():
          hooked=[str(w.message) for w in hooked_warnings], values=values, ranks=dist.get_world_size())
 
 
+@case
+def package_style_hook_named_exception():
+    """A ``post_hook`` and a ``pre_hook`` in this package's style, ``hook(config, x, out, exception=None)`` /
+    ``hook(config, x, out, reset_only=False)``, on ``f(x, out, *, config)``: the call gives no third positional
+    argument, so the parameter named as Triton's keeps its default. What each hook was given, per run."""
+    tdt.init_distributed()
+    seen: list[tuple[str, bool, object]] = []
+
+    def pre(config, x, out, reset_only=False):
+        seen.append(("pre", isinstance(config, dict) and "config" in config, reset_only))
+
+    def post(config, x, out, exception=None):
+        seen.append(("post", isinstance(config, dict) and "config" in config, exception))
+
+    @tdt.autotune([{"config": c} for c in CONFIGS], key_fn=lambda x, out: x.numel(), pre_hook=pre, post_hook=post)
+    def accumulate(x, out, *, config):
+        launch(x, out, config)
+        dist.all_reduce(out)
+        return out
+
+    out = accumulate(torch.ones(300), torch.zeros(300))
+    emit(seen=sorted({(kind, given, repr(marker)) for kind, given, marker in seen}), calls=len(seen),
+         finite=bool(torch.isfinite(out).all()))
+
+
 # -- a split-K GEMM as triton.autotune users write it, inside contextual_autotune ---------------------------------
 
 

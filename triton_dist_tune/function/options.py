@@ -147,8 +147,8 @@ class TuneOptions:
         """These options, with ``restore_value`` and ``reset_to_zero`` checked to name parameters of ``fn`` that are
         no config's (``tuned``: a config's value is no argument to restore) (and made tuples); a hook written for
         ``triton.autotune`` (``reset_only``, ``exception``) is refused (``checks.hook_signature``)."""
-        checks.hook_signature(self.pre_hook, "pre_hook", fn)
-        checks.hook_signature(self.post_hook, "post_hook", fn)
+        checks.hook_signature(self.pre_hook, "pre_hook", fn, tuned)
+        checks.hook_signature(self.post_hook, "post_hook", fn, tuned)
         return replace(self, restore_value=check_names(fn, self.restore_value, "restore_value", tuned),
                        reset_to_zero=check_names(fn, self.reset_to_zero, "reset_to_zero", tuned))
 
