@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import math
 import operator
 import sys
+import types
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -333,14 +335,71 @@ def _marker_receives(hook: list[inspect.Parameter], marker: str, own: list[inspe
     return None
 
 
-def _names_read(code: Any, depth: int = 0) -> set[str]:
-    """The attribute and global names ``code`` and the functions defined inside it read."""
-    names = set(getattr(code, "co_names", ()))
-    if depth < 8:
-        for const in getattr(code, "co_consts", ()):
-            if inspect.iscode(const):
-                names |= _names_read(const, depth + 1)
-    return names
+def _code_reads(code: Any, name: str, depth: int = 0) -> bool:
+    """Whether ``code`` or a function defined inside it reads ``name``: as an attribute or global
+    (``config.pre_hook``), or as a string constant (``getattr(config, "pre_hook")``)."""
+    if name in getattr(code, "co_names", ()):
+        return True
+    consts = getattr(code, "co_consts", ())
+    return name in consts or depth < 8 and any(_code_reads(c, name, depth + 1) for c in consts if inspect.iscode(c))
+
+
+def _codes(fn: Any, seen: set[int] | None = None, depth: int = 0, owner: type | None = None) -> list[Any] | None:
+    """The code objects of what runs when ``fn`` is called, each layer of it: a ``functools.wraps`` wrapper and
+    what it wraps (``__wrapped__``), a ``functools.partial``'s function (``.func``), a bound method's function, a
+    callable instance's ``__call__`` (and the methods of its class that it names: ``self.run(...)``), a class's
+    ``__init__`` and ``__new__``, and the Python functions each of them reaches through its closure or the globals
+    of its own module it names (a helper that calls the hook). None when a layer has no code to read (a builtin, a
+    C extension's callable) or lies too deep to follow."""
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
+    if depth > 6:
+        return None
+    layers: list[Any] = []
+    inner = getattr(fn, "__wrapped__", None)
+    if inner is not None:
+        layers.append(inner)
+    if isinstance(fn, functools.partial):
+        layers.append(fn.func)
+    elif inspect.ismethod(fn):
+        layers.append(fn.__func__)
+    elif isinstance(fn, type):
+        layers += [made for made, base in ((fn.__init__, object.__init__), (fn.__new__, object.__new__))
+                   if made is not base]
+    elif not inspect.iscode(getattr(fn, "__code__", None)):
+        call = next((vars(kind)["__call__"] for kind in type(fn).__mro__ if "__call__" in vars(kind)), None)
+        if not isinstance(call, types.FunctionType):  # a builtin's or a C type's __call__: no code to read
+            return None
+        layers.append(call)
+        owner = type(fn)
+    else:
+        named = fn.__globals__  # a helper of fn's own module, not a library's function
+        layers += [value for value in _closure_values(fn) if isinstance(value, types.FunctionType)]
+        layers += [named[n] for n in fn.__code__.co_names if isinstance(named.get(n), types.FunctionType)
+                   and named[n].__module__ == fn.__module__]
+        if owner is not None:  # a callable instance's own methods that this one names
+            methods = (inspect.getattr_static(owner, n, None) for n in fn.__code__.co_names)
+            layers += [m for m in methods if isinstance(m, types.FunctionType)]
+    found = [fn.__code__] if inspect.iscode(getattr(fn, "__code__", None)) else []
+    for layer in layers:
+        codes = _codes(layer, seen, depth + 1, owner)
+        if codes is None:
+            return None
+        found += codes
+    return found
+
+
+def _closure_values(fn: Any) -> list[Any]:
+    """The values ``fn``'s closure holds (a cell of a name bound later holds none yet)."""
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            continue
+    return values
 
 
 def config_hooks(space: Any, fn: Any, name: str) -> str | None:
@@ -351,14 +410,17 @@ def config_hooks(space: Any, fn: Any, name: str) -> str | None:
     hooked = [f"config_space[{i}][{key!r}]" for i, config in enumerate(space) if isinstance(config, dict)
               for key, value in config.items() if type(value).__name__ == "Config" and
               callable(getattr(value, "pre_hook", None))]
-    if not hooked or "pre_hook" in _names_read(getattr(fn, "__code__", None)):
+    if not hooked:
         return None
+    codes = _codes(fn)
+    if codes is None or any(_code_reads(code, "pre_hook") for code in codes):
+        return None  # it calls the hook, or its code cannot be read: a false warning is worse than none
     shown = ", ".join(hooked[:3]) + (f" and {len(hooked) - 3} more" if len(hooked) > 3 else "")
     return (f"{name}: {shown}: a triton.Config with a pre_hook, and {name}'s own code reads none: triton.autotune "
             "calls a config's pre_hook before every launch, but **config.all_kwargs() leaves it out and autotune "
             "calls no config's hook, so the launch runs without it. Call it before the launch, as Triton does: "
             "if config.pre_hook: config.pre_hook({'c_ptr': c, ...}) (the kernel's arguments by name); a helper "
-            "function that calls it is not seen here")
+            "function of another module that calls it is not seen here")
 
 
 def returned_builder(fn: Any, result: Any) -> str | None:

@@ -78,6 +78,74 @@ def config_pre_hook():
          hooked=[str(w.message) for w in hooked_warnings], values=values, ranks=dist.get_world_size())
 
 
+def call_hook_then_launch(x: torch.Tensor, out: torch.Tensor, config: triton.Config) -> None:
+    """The launch with the config's ``pre_hook`` first, read as ``getattr(config, "pre_hook")``."""
+    hook = getattr(config, "pre_hook", None)
+    if hook is not None:
+        hook({"x_ptr": x, "out_ptr": out})
+    launch(x, out, config)
+    dist.all_reduce(out)
+
+
+class HookedRun:
+    """A callable instance whose ``__call__`` calls the config's ``pre_hook``."""
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor, *, config: triton.Config) -> torch.Tensor:
+        if config.pre_hook:
+            config.pre_hook({"x_ptr": x, "out_ptr": out})
+        launch(x, out, config)
+        dist.all_reduce(out)
+        return out
+
+
+@case
+def config_pre_hook_through_layers():
+    """Functions that do call the config's ``pre_hook``, each in an ordinary way the decorator's check once missed
+    (it read the decorated object's own ``__code__`` names alone): ``getattr(config, "pre_hook")``, a callable
+    instance, a ``functools.wraps`` wrapper, a ``functools.partial``; and one that calls it in a helper of its
+    module. Each run gives Triton's result (the hook zeroes the caller's 7s), and what each decoration warned."""
+    import functools
+
+    tdt.init_distributed()
+
+    def by_getattr(x, out, *, config):
+        hook = getattr(config, "pre_hook", None)
+        if hook:
+            hook({"x_ptr": x, "out_ptr": out})
+        launch(x, out, config)
+        dist.all_reduce(out)
+        return out
+
+    def reader(x, out, scale=1, *, config):
+        if config.pre_hook:
+            config.pre_hook({"x_ptr": x, "out_ptr": out})
+        launch(x, out, config)
+        dist.all_reduce(out)
+        return out
+
+    @functools.wraps(reader)
+    def wrapper(*args, **kwargs):
+        return reader(*args, **kwargs)
+
+    def through_helper(x, out, *, config):
+        call_hook_then_launch(x, out, config)
+        return out
+
+    made = {"getattr": by_getattr, "callable instance": HookedRun(), "wraps wrapper": wrapper,
+            "partial": functools.partial(reader, scale=2), "module helper": through_helper}
+    warned, values = {}, {}
+    x = torch.ones(300)
+    for name, fn in made.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tuned = tdt.autotune([{"config": c} for c in CONFIGS], key_fn=lambda x, out: x.numel(),
+                                 reset_to_zero=["out"], name=name.replace(" ", "_"))(fn)
+        warned[name] = [str(w.message) for w in caught if "pre_hook" in str(w.message)]
+        out = torch.full((300,), 7.0)
+        values[name] = sorted(set(tuned(x, out).tolist()))
+    emit(warned=warned, values=values, ranks=dist.get_world_size())
+
+
 @case
 def package_style_hook_named_exception():
     """A ``post_hook`` and a ``pre_hook`` in this package's style, ``hook(config, x, out, exception=None)`` /
