@@ -134,6 +134,8 @@ def test_a_config_lacking_a_required_parameter_others_set_is_refused_when_decora
     text = str(caught.value)
     assert "config_space[1] {BLOCK: 128} does not set 'num_warps', a required keyword-only parameter of f()" in text
     assert "config_space[0] sets" in text and "give it a default" in text, text
+    assert "fails every run that measures it" in text and "not even with autotune_allow_arg_overwrite=True" in text, \
+        text  # before: "could never run (a call may not pass a tuned parameter)", untrue under that flag's call
 
     @tdt.autotune([{"BLOCK": 64, "num_warps": 4}, {"BLOCK": 128}], key_fn=lambda x: None)
     def g(x, *, ctx, BLOCK, num_warps=4):
@@ -151,6 +153,20 @@ def test_a_config_lacking_a_required_parameter_others_set_is_refused_when_decora
     @warps_default
     def h(x, *, BLOCK, num_warps):
         return x
+
+
+@pytest.mark.timeout(200)
+def test_the_callers_overwritten_value_never_reaches_a_measured_run(tmp_path):
+    """Why a config leaving out a parameter others set is refused even where calls pass
+    ``autotune_allow_arg_overwrite=True``: the measured runs get each config's own values, never the caller's
+    (config ``{}`` ran with ``block`` at its default, None, and failed); the caller's ``block=3`` is used once, in
+    the call that runs the chosen config (2 * 3)."""
+    done = alone("overwrite_never_measured", tmp_path)
+    import json
+    got = json.loads([line for line in done.stdout.splitlines() if line.startswith("RESULT ")][-1][len("RESULT "):])
+    assert got["out"] == 6 and got["decided"] == {"2": {"block": 64}}, got
+    assert got["given"].count("3") == 1 and got["given"][-1] == "3", got
+    assert "None" in got["given"] and set(got["given"]) == {"64", "None", "3"}, got
 
 
 @pytest.mark.timeout(200)

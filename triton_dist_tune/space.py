@@ -281,10 +281,12 @@ def _address_in(value: Any, depth: int = 0) -> bool:
 def check_space_signature(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], name: str) -> None:
     """Raise :class:`BadInputError` when a config key is not a keyword ``fn`` accepts (where the signature says: a
     function with ``**kwargs`` accepts any key), or when some configs set a required parameter of ``fn`` (one
-    without a default) and others do not: those others could never run (a call may not pass a tuned parameter), and
-    were each measured only to fail with a ``TypeError``; required as ``fn``'s own signature says, the one Python
-    checks at the call (a ``functools.wraps`` wrapper may supply what its wrapped function requires). Checked when
-    decorating."""
+    without a default) and others do not: those others fail every run that measures them, each only to fail with a
+    ``TypeError``, since a measured run gets the config's values and never the call's value of a tuned parameter (a
+    call may not pass one; ``autotune_allow_arg_overwrite=True`` lets the caller's value win in the call that runs
+    the chosen config alone: the measured runs are given the call's keywords without any name a config sets).
+    Required as ``fn``'s own signature says, the one Python checks at the call (a ``functools.wraps`` wrapper may
+    supply what its wrapped function requires). Checked when decorating."""
     try:
         params = inspect.signature(fn).parameters
         own = inspect.signature(fn, follow_wrapped=False).parameters
@@ -301,9 +303,11 @@ def check_space_signature(fn: Callable[..., Any], space: Sequence[Mapping[str, A
             kind = "keyword-only parameter" if p.kind is p.KEYWORD_ONLY else "parameter"
             verb = "does" if len(lacking) == 1 else "do"
             raise BadInputError(f"{name}: {shown}{more} {verb} not set {p.name!r}, a required {kind} of {name}() "
-                                f"(no default) that config_space[{setter}] sets: such a config could never run (a "
-                                f"call may not pass a tuned parameter). Set {p.name!r} in every config, or give it a "
-                                f"default in {name}()'s signature")
+                                f"(no default) that config_space[{setter}] sets: such a config fails every run that "
+                                f"measures it, which gets each config's own values, never the call's value of "
+                                f"{p.name!r} (not even with autotune_allow_arg_overwrite=True, whose caller's value "
+                                f"wins only in the call that runs the chosen config). Set {p.name!r} in every "
+                                f"config, or give it a default in {name}()'s signature")
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     accepted = {n for n, p in params.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,

@@ -155,6 +155,23 @@ def wrapper_supplies_argument():
     emit(out=ag_gemm(torch.ones(4))[0].item())
 
 
+@case
+def overwrite_never_measured():
+    """``autotune_allow_arg_overwrite=True`` with ``block=3`` over configs ``{"block": 64}`` and ``{}`` (``block``
+    has a default here, so decorating is allowed): what each run was given, the decision and the call's result."""
+    given: list[object] = []
+
+    @tdt.autotune([{"block": 64}, {}], key_fn=lambda x, **_: x, n_warmup=1, n_repeat=2)
+    def scaled(x, block=None):
+        given.append(block)
+        if block is None:
+            raise ValueError("no block given")
+        return x * block
+
+    out = scaled(2, block=3, autotune_allow_arg_overwrite=True)
+    emit(out=out, given=[repr(b) for b in given], decided={str(k): dict(v) for k, v in scaled.tuner.decided.items()})
+
+
 def _refuse_wide(nargs):
     """Config 1's pre_hook (BLOCK 64): a Python error of that config alone."""
     raise ValueError("BLOCK 64 needs an aligned buffer")
