@@ -15,8 +15,9 @@ raised by a signal handler; at a random delay (0-0.8 s) after a call's start, or
 written: the wait for its result), plus a jitter, or (``write``) as the rank's store write of its part of the
 ``k``-th exchange returns, before the channel counts it written (a signal that came during the write: Python runs
 its handler as the write returns; raised by the rank on itself); a tuning call mostly, the second leaver's often the
-first's. A signal that comes between calls is sent again at the next call. The program catches it, sleeps 0 s, a
-little, or past the peers' grace (``min(5, T/4)``), and goes on. About one job in eight is a control (none).
+first's. A signal handled outside the library's call (between calls, or in the program's own line around one: the
+program would skip that call itself) is sent again. The program catches it, sleeps 0 s, a little, or past the
+peers' grace (``min(5, T/4)``), and goes on. About one job in eight is a control (none).
 
 Checked per job:
 

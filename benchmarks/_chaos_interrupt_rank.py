@@ -10,10 +10,11 @@ folder. The plan's ``steps`` are the program's calls, ``["auto", n]`` (an ``auto
 begin, then for ``delay`` s (``trigger: delay``) or for the ``k``-th exchange on the group counted from that call's
 start (``trigger: exchange``; ``sent``: and this rank's part of it written, so the signal comes in the wait for its
 result) plus ``jitter`` s, and signals the main thread; ``trigger: write`` raises it from the channel's store write
-of the rank's part of that exchange, as the write returns (:func:`arm_write`). The handler raises only inside a
-call (a signal handled between calls is sent again at the next one). The program catches the interruption, sleeps
-``after`` s and goes on. A hand-made plan's ``pauses`` (``{rank: {call: s}}``) has a rank sleep before a call (a
-narrowed case: a late peer).
+of the rank's part of that exchange, as the write returns (:func:`arm_write`). The handler raises only inside
+the library's call, a user callable it calls included (:func:`in_library`); a signal handled elsewhere, between
+calls or in the program's own line around one, is sent again: raised there, the program would skip the call of
+its own doing. The program catches the interruption, sleeps ``after`` s and goes on. A hand-made plan's
+``pauses`` (``{rank: {call: s}}``) has a rank sleep before a call (a narrowed case: a late peer).
 
 Writes ``ready.rank<r>`` once its group is up, ``stack.rank<r>`` on SIGUSR1 (the driver's hard limit), and prints
 one ``RESULT {json}`` per call (``i``, ``outcome``: ``ok``, ``interrupted``, ``lib`` (an ``AutotuneError``) or
@@ -49,10 +50,24 @@ BEGAN: dict[int, tuple[float, int]] = {}  #: call -> (its wall start, the group'
 INTERRUPTIONS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
 
 
+LIBRARY = os.path.dirname(os.path.abspath(tdt.__file__)) + os.sep
+
+
+def in_library(frame: Any) -> bool:
+    """Whether ``frame`` or one of its callers runs the library's code (a user callable it called included)."""
+    while frame is not None:
+        if os.path.abspath(frame.f_code.co_filename).startswith(LIBRARY):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def on_signal(signum: int, frame: Any) -> None:
-    """Raise the interruption of ``signum`` where the main thread is inside a call; else drop it (sent again)."""
+    """Raise the interruption of ``signum`` where the main thread is inside the library's call; else drop it (sent
+    again): one handled in the program's own line around the call (before it enters the library or once it
+    returned) would have the program skip a call of its own doing, not the library's."""
     STATE["handled"] += 1
-    if not STATE["in_call"]:
+    if not STATE["in_call"] or not in_library(frame):
         return
     STATE["raised_in"] = STATE["call"]
     if signum == signal.SIGINT:
