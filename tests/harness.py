@@ -426,3 +426,25 @@ def run_command(cmd: list, cwd: Path, env: dict[str, str], timeout: float) -> su
         out, err = proc.communicate()
         raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def assert_calls_after_a_late_result_agree(said: dict, n: int, then: str, rank_log: Path, applied: bool,
+                                           prompt_s: float) -> None:
+    """The calls after a contextual rank's interruption, in the scenarios of passover_cases.py's
+    ``contextual_interrupted_waiting_for_its_result`` (``said``: its ``RESULT`` lines by (rank, what)): the call again
+    (``again``) and a new one (``new``) end alike on every rank within ``prompt_s``, with one config per key (the
+    group's, config 0 for key 64), the key not tuned again where ``then`` is ``same``; the ranks' decisions agree and
+    no journal is left; the interrupted rank's log (``rank_log``) says the late result was ``applied`` or not."""
+    for what in ("again", "new"):
+        each = [said[(r, what)] for r in range(n)]
+        assert all(e["error"] is None and e["seconds"] < prompt_s for e in each), each
+        assert len({str(e["configs"]) for e in each}) == 1, each  # one config per key on every rank
+    assert said[(0, "again")]["configs"]["64"] == 64, said[(0, "again")]  # the group's choice (config 0)
+    if then == "same":
+        assert all(said[(r, "again")]["runs"] == 1 for r in range(n)), said  # not tuned again
+    decided = [said[(r, "decided")] for r in range(n)]
+    assert all(d["keys"] == decided[0]["keys"] and d["journals"] == [] for d in decided), decided
+    log = rank_log.read_text()
+    assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
+            in log) is applied, log[-3000:]
+

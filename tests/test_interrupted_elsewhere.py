@@ -5,7 +5,7 @@ applies a run's result, an interruption inside ``key_fn``. Real ranks (gloo), re
 from __future__ import annotations
 
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, assert_calls_after_a_late_result_agree, describe, run_ranks, tuner_env
 
 COUNTED_OUT = HERE / "scenarios" / "counted_out_cases.py"
 
@@ -74,18 +74,8 @@ def test_a_contextual_rank_interrupted_as_it_applies_a_runs_result_ends_its_call
         assert first["runs"] == 7, first
         assert first["error"] == (None if at.endswith("last") else "RankFailedError"), first
         assert first["seconds"] < 20, first
-    for what in ("again", "new"):
-        each = [said[(r, what)] for r in range(n)]
-        assert all(e["error"] is None and e["seconds"] < 15 for e in each), each
-        assert len({str(e["configs"]) for e in each}) == 1, each  # one config per key on every rank
-    assert said[(0, "again")]["configs"]["64"] == 64, said[(0, "again")]  # the group's choice (config 0)
-    if then == "same":
-        assert all(said[(r, "again")]["runs"] == 1 for r in range(n)), describe(results)  # not tuned again
-    decided = [said[(r, "decided")] for r in range(n)]
-    assert all(d["keys"] == decided[0]["keys"] and d["journals"] == [] for d in decided), decided
-    log = (tmp_path / "logs" / "rank-1.log").read_text()
-    assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
-            in log) is at.startswith("applying"), log[-3000:]
+    assert_calls_after_a_late_result_agree(said, n, then, tmp_path / "logs" / "rank-1.log", at.startswith("applying"),
+                                           15)
 
 
 

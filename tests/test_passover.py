@@ -5,7 +5,7 @@ not (its process ended, or it calls the tuner no more), never the exchange's who
 from __future__ import annotations
 
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, assert_calls_after_a_late_result_agree, describe, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "passover_cases.py"
 #: the exchanges' deadline of these tests (s): a wait for it is 4x the bound of a prompt answer (:data:`PROMPT_S`)
@@ -249,18 +249,8 @@ def test_a_rank_interrupted_waiting_for_a_contextual_runs_result_applies_it_at_i
             assert first["error"] is None, first
         else:
             assert first["error"] == "RankFailedError" and "group rank 1 was interrupted" in first["message"], first
-    for what in ("again", "new"):
-        each = [said[(r, what)] for r in range(n)]
-        assert all(e["error"] is None and e["seconds"] < PROMPT_S for e in each), each
-        assert len({str(e["configs"]) for e in each}) == 1, each  # one config per key on every rank
-    assert said[(0, "again")]["configs"]["64"] == 64, said[(0, "again")]  # the group's choice (config 0)
-    if then == "same":
-        assert all(said[(r, "again")]["runs"] == 1 for r in range(n)), describe(results)  # not tuned again
-    decided = [said[(r, "decided")] for r in range(n)]
-    assert all(d["keys"] == decided[0]["keys"] and d["journals"] == [] for d in decided), decided
-    log = (tmp_path / "logs" / "rank-1.log").read_text()
-    assert ("which an interruption ended this rank's wait for, read at this rank's next call on the group: applied"
-            in log) is (at != "summary"), log[-3000:]
+    assert_calls_after_a_late_result_agree(said, n, then, tmp_path / "logs" / "rank-1.log", at != "summary",
+                                           PROMPT_S)
 
 
 @pytest.mark.timeout(120)

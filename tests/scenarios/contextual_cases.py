@@ -27,6 +27,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -438,11 +439,9 @@ def rank_keys():
     emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), ok=bool(torch.equal(s, x + y)))
 
 
-@case
-def user_raises():
-    """The function raises on rank 1 in tuning run 3 (after its collective): every rank raises the same error."""
-    tdt.init_distributed()
-    count = []
+def raising_on_rank_1(count: list) -> Callable:
+    """A contextual layer (an add, then an all-reduce) that raises on rank 1 in its 4th run (tuning run 3, after its
+    collective); ``count`` gets one item per run."""
 
     @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
     def layer(x, y):
@@ -453,6 +452,15 @@ def user_raises():
             raise ValueError("boom on rank 1")
         return s
 
+    return layer
+
+
+@case
+def user_raises():
+    """The function raises on rank 1 in tuning run 3 (after its collective): every rank raises the same error."""
+    tdt.init_distributed()
+    count: list = []
+    layer = raising_on_rank_1(count)
     try:
         layer(*inputs())
         emit(error=None)

@@ -9,12 +9,10 @@ import os
 import signal
 import time
 
-import torch.distributed as dist
 from _cases import case, emit, main
-from contextual_cases import add, inputs, rank
+from contextual_cases import inputs, raising_on_rank_1, rank
 
 import triton_dist_tune as tdt
-from triton_dist_tune.contextual import contextual_autotune
 
 
 class SignalAtTheErrorsLine(logging.Handler):
@@ -36,17 +34,7 @@ def signal_while_an_error_is_applied():
     from triton_dist_tune.disk import logs
 
     logs.rank_log().addHandler(SignalAtTheErrorsLine())
-    runs: list[int] = []
-
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
-    def layer(x, y):
-        runs.append(1)
-        out = add(x, y)
-        dist.all_reduce(out)
-        if rank() == 1 and len(runs) == 4:
-            raise ValueError("wrong on rank 1")
-        return out
-
+    layer = raising_on_rank_1([])
     try:
         layer(*inputs())
         error = None
