@@ -118,3 +118,21 @@ def test_a_planned_interruption_is_raised_only_inside_the_librarys_call() -> Non
     finally:
         signal.signal(signal.SIGTERM, previous)
         rank.STATE.update(in_call=False, call=-1, handled=0, raised_in=None)
+
+
+@pytest.mark.timeout(200)
+def test_a_killed_rank_is_named_where_a_peers_collective_broke_first(tmp_path: Path) -> None:
+    """The classic chaos job of seed 1826462843: 4 gloo ranks tune a ``contextual_autotune`` function, and rank 3 is
+    SIGKILLed after config 1 of call 2. Ranks 0 and 2 find their collective broken (gloo's ``Connection reset by
+    peer``), rank 1 is ended by the peer watch, and the failure board's report of rank 1 ends the others' wait
+    before rank 3's beat reads silent. Promised: the error on ranks 0 and 2 also names rank 3, whose process on this
+    host is gone (``exits.gone_besides``). Before, it named rank 0's broken collective and rank 1 only: the job's
+    ``UNNAMED`` violation (4 of 4 runs, and on 713e19c7)."""
+    out = tmp_path / "chaos.json"
+    done = run_command([sys.executable, CHAOS, "--job-seed", "1826462843", "--timeout", "4", "--launcher", "torch",
+                        "--out", out], tmp_path, driver_env(tmp_path), timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (job,) = json.loads(out.read_text())["jobs"]
+    assert job["fault_at"] is not None and not job["violations"], done.stdout
+    said = [r["result"].get("message", "") for r in job["ranks"] if r["outcome"] == "lib:RankFailedError"]
+    assert said and all("Also gone: group rank 3 (global 3)" in text for text in said), said

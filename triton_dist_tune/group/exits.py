@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -279,3 +279,25 @@ def counted_out(store: Any, rank: int) -> bool:
         return job is not None and bool(store.check([f"{job.prefix}exited/{rank}"]))
     except Exception:
         return False
+
+
+def gone_besides(reports: Sequence[Any], late: Sequence[int], global_ranks: Sequence[int]) -> str:
+    """Words to add to the error of a wait that the failure board ended (:func:`.channel.ended_message`): the ranks
+    of ``late`` (group ranks; ``global_ranks`` gives their global ranks) that no report says ended but whose process
+    on this host is gone without counting out, as `` Also gone: group rank 3 (global 3), which is gone ...``. Such a
+    rank was killed (a SIGKILL runs no exit hook, and its beat reads silent only a window later), and a peer's
+    collective with it broke first: before, the error named that peer's broken collective and the ranks the board
+    knew of, not the killed rank (``chaos.py``, job seed 1826462843). Empty where none is, or where this process
+    cannot tell (best effort)."""
+    ended = {report.rank for report in reports if report.ended}
+    others = {global_ranks[rank]: rank for rank in late if rank not in ended and 0 <= rank < len(global_ranks)}
+    job = _job
+    if not others or job is None:
+        return ""
+    try:
+        gone = _Evidence(job).look()
+    except Exception:  # the store is gone or failing: nothing more to tell
+        return ""
+    said = [f"group rank {others[g]} (global {g}), which {why}" for g, why in sorted(gone.items()) if g in others]
+    return f" Also gone: {'; '.join(said)}." if said else ""
+

@@ -280,7 +280,7 @@ class StoreGroup(LeavingChannel):
                 reports = board.read()
                 message = ended_message(reports, _keyed(lookup, late, {r.rank for r in reports if r.ended}))
                 if message is not None:
-                    raise RankEnded(message)
+                    raise RankEnded(message + exits.gone_besides(reports, late, self.global_ranks))
                 silent = _keyed(lookup, late, board.silent(late))
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     quiet, globals_ = board.quiet_s(silent), [self.global_ranks[r] for r in silent]
