@@ -127,14 +127,16 @@ def holding(session: CallState) -> Iterator[Held]:
     held.defer()
     try:
         yield held
-    except BaseException:  # the application raised (an error every rank raises): what was held is raised first
-        held.restore()     # (a signal's handler runs: a graceful shutdown's flag; an interruption replaces the
-        session.held, session.__dict__["log"] = saved, log  # error, which is its context); before, both were lost
-        held.raise_now()
-        raise
+    except BaseException:  # the application raised (an error every rank raises): what was held is raised with it
+        raised = True      # (a signal's handler runs: a graceful shutdown's flag; an interruption replaces the
+        raise              # error, which is its context); before, both were lost
+    else:
+        raised = False
     finally:
         held.restore()
         session.held, session.__dict__["log"] = saved, log
+        if raised:
+            held.raise_now()
 
 
 @contextlib.contextmanager
