@@ -194,3 +194,45 @@ def test_the_campaign_docs_name_every_field_of_the_summarys_json():
     text = (ROOT / "docs" / "campaign.md").read_text()
     said = text[text.index("`summary.to_json()`"):][:400]
     assert all(f"`{field}`" in said for field in fields), (sorted(fields), said)
+
+
+def test_every_autotune_option_with_a_default_says_it_on_its_page(monkeypatch):
+    """docs/autotune.md's paragraph of decorator options gives the default of each ``autotune`` option that has one
+    (as ``contextual_autotune``'s page does, test_newcomer.py): a number right after the option's parenthesis opens
+    (``n_warmup`` (1; ...)) or as ``default N``, a switch as ``default on``/``off``, a text as ``"text"`, the
+    default`` or ``default `"text"` ``; ``timing`` and ``undecided`` (None in the signature) the mode the tuner
+    falls back to; ``timeout`` and ``compile_threads`` their variable. Before, ``refine_top`` (0: no limit),
+    ``sharded`` (off) and ``compile_threads`` had none there."""
+    import inspect
+
+    from triton_dist_tune import autotune, settings
+    from triton_dist_tune.function.policy import Undecided
+    from triton_dist_tune.measure.timing import timing_mode
+
+    for variable in ("TIMING", "UNDECIDED"):  # the decorator's fallbacks, not a job's
+        monkeypatch.delenv(settings.PREFIX + variable, raising=False)
+    text = (ROOT / "docs" / "autotune.md").read_text()
+    paragraph = " ".join(text[text.index("Decorator options:"):].split("\n\n")[0].split())
+    named_none = {"timing": timing_mode(None), "undecided": Undecided("f", None, None).current(),
+                  "timeout": f"`{settings.PREFIX}TIMEOUT` or {settings.DEFAULT_TIMEOUT_S:g}",
+                  "compile_threads": f"`{settings.PREFIX}COMPILE_THREADS`"}
+    missing, checked = [], 0
+    for name, parameter in inspect.signature(autotune).parameters.items():
+        value = parameter.default
+        if parameter.kind is not parameter.KEYWORD_ONLY or value in ((), None) and name not in named_none:
+            continue
+        value = named_none.get(name, value)
+        opening = rf"`{name}`(?: / `\w+`)? \("
+        if isinstance(value, bool):
+            said = rf"{opening}(?:[^()]|\([^()]*\))*?default {'on' if value else 'off'}\b"
+        elif isinstance(value, int):
+            said = rf"{opening}(?:{value}[;:]|(?:[^()]|\([^()]*\))*?default {value}\b)"
+        elif name in ("timeout", "compile_threads"):
+            said = rf"{opening}(?:[^()]|\([^()]*\))*?default {re.escape(value)}"
+        else:
+            said = rf'{opening}(?:[^()]|\([^()]*\))*?(?:`"{value}"`, the default|default `"{value}"`)'
+        checked += 1
+        if not re.search(said, paragraph):
+            missing.append((name, value))
+    assert not missing, missing
+    assert checked >= 9  # n_warmup, n_repeat, timeout, sharded, compile_threads, refine_top, timing, undecided, search
