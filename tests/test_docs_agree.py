@@ -236,3 +236,28 @@ def test_every_autotune_option_with_a_default_says_it_on_its_page(monkeypatch):
             missing.append((name, value))
     assert not missing, missing
     assert checked >= 9  # n_warmup, n_repeat, timeout, sharded, compile_threads, refine_top, timing, undecided, search
+
+
+def launch_options() -> set[str]:
+    """The options launch.sh's argument loop takes (the patterns of its ``case "$1" in``, before the script)."""
+    text = (ROOT / "launch.sh").read_text()
+    loop = text[text.index('case "$1" in'):text.index("esac", text.index('case "$1" in'))]
+    patterns = re.findall(r"^\s*([^\s()]+)\)", loop, re.M)
+    return {option.split("=")[0] for pattern in patterns for option in pattern.split("|")
+            if option.startswith("-") and option not in ("--", "-*")}
+
+
+def test_every_launch_sh_option_is_in_the_docs_and_every_documented_one_exists():
+    """``bash launch.sh [--nproc N] [--cpu] [-m]``: each option its loop takes (but ``-h``/``--help``) is named in
+    docs/operations.md, and every option a ``bash launch.sh ...`` line of the README, docs/ or an example's docstring
+    gives launch.sh itself (before the script) is one it takes (an unknown one stops it with exit status 2)."""
+    options = launch_options()
+    assert {"--nproc", "--cpu", "-m", "-h", "--help"} <= options, options
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert [o for o in sorted(options - {"-h", "--help"}) if not re.search(rf"`{o}[` ]", operations)] == []
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.py"))]
+    given = {(page.name, option) for page in pages
+             for line in re.findall(r"bash launch\.sh((?: +-[-a-z]+(?:[ =][0-9N]+)?)*)", page.read_text())
+             for option in re.findall(r"(?<!\S)(-[-a-z]+)", line)}
+    assert {option for _, option in given} >= {"--cpu", "--nproc", "-m"}, given
+    assert [(page, option) for page, option in sorted(given) if option not in options] == []
