@@ -18,8 +18,11 @@ collective is mpi4py's ``allreduce``, which keeps the GIL while it waits), the t
   here would move the backstop;
 
 and prints one ``RESULT {json}``: ``{"ok": true, "choices": {key: index}}`` or ``{"ok": false, "error": class,
-"library": is it an AutotuneError, "message": text}``. Exit status: 0 for a choice, 3 for an error of the library's,
-4 for any other error (then a traceback too). The tuner's watchdog ends a rank with 86 or 87 of its own.
+"library": is it an AutotuneError, "message": text}`` (an error not the library's also says ``user_call``: whether
+it is the very exception the tuned function's body raised in a call of a key decided on this rank when the call
+began, the user's own call after the tuning, passed on unchanged; so a survivor of a peer's death that the driver
+timed, not the rank, is judged by where its own error came from). Exit status: 0 for a choice, 3 for an error of the
+library's, 4 for any other error (then a traceback too). The tuner's watchdog ends a rank with 86 or 87 of its own.
 
 Faults injected here (the plan's ``fault``; ``kill`` and ``stop`` at a random delay are the driver's): at the
 ``k``-th call of config ``config`` on rank ``rank``, ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: the driver
@@ -60,6 +63,10 @@ CALLS: Counter = Counter()
 #: own call, after the tuning: ``fault.json`` says ``decided``)
 WORK: list[Any] = []
 LAST_KEY: list[Any] = []
+#: the errors the tuned function's body raised in a call of a key decided on this rank when the call began (the
+#: user's own call after the tuning): the error that ends the rank is said to come from there (``RESULT``'s
+#: ``user_call``) only where it is one of these very objects, passed on unchanged
+USER_CALL_ERRORS: list[BaseException] = []
 
 
 def rank() -> int:
@@ -78,6 +85,13 @@ def decisions() -> dict[Any, dict[str, int]]:
     tuner keeps a group's by its identity and the key)."""
     tuner = WORK[-1].tuner
     return {slot[-1]: config for slot, config in tuner.decided_in.items()} if COMM else tuner.decided
+
+
+def decided_key() -> bool:
+    """Whether the key of this rank's call of the tuned function in progress (the last its key function gave) is
+    decided on this rank: a call of it is the user's own, after the tuning (``autotune`` only: a campaign's calls are
+    all the library's, and a contextual function has no key function here)."""
+    return PLAN.get("mode") == "autotune" and bool(WORK and LAST_KEY) and LAST_KEY[-1] in decisions()
 
 
 def say(name: str, what: Any) -> None:
@@ -100,9 +114,8 @@ def inject(what: str, config: int) -> None:
     if CALLS[(what, config)] < FAULT["k"] or (not persistent and CALLS[(what, config)] > FAULT["k"]):
         return
     if not Path("fault.json").exists():
-        decided = what == "call" and WORK and LAST_KEY and LAST_KEY[-1] in decisions()
         say("fault.json", {"at": time.time(), "rank": rank(), "what": kind, "config": config, "k": FAULT["k"],
-                           "decided": bool(decided)})
+                           "decided": what == "call" and decided_key()})
     elif not persistent:
         return
     if kind == "kill":
@@ -143,13 +156,19 @@ def make_work():
 
     @tdt.autotune(config_space=[{"v": v} for v in range(PLAN["configs"])], key_fn=key_of, **options)
     def work(x: torch.Tensor, *, v: int) -> torch.Tensor:
-        before = FAULT.get("where", "before") == "before"
-        if before:
-            inject("call", v)
-        time.sleep(SLEEP_MS[v] / 1e3)
-        y = collective(x * (v + 1))
-        if not before:
-            inject("call", v)
+        users = decided_key()  # the user's own call of a decided key (the chosen config's run after the tuning)
+        try:
+            before = FAULT.get("where", "before") == "before"
+            if before:
+                inject("call", v)
+            time.sleep(SLEEP_MS[v] / 1e3)
+            y = collective(x * (v + 1))
+            if not before:
+                inject("call", v)
+        except Exception as exc:
+            if users:
+                USER_CALL_ERRORS.append(exc)
+            raise
         return y
 
     return work
@@ -219,7 +238,8 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 (what escapes the library is what the chaos run looks for)
         traceback.print_exc()
         print("RESULT " + json.dumps({"ok": False, "error": type(exc).__name__, "library": False,
-                                      "message": str(exc), "at": time.time()}), flush=True)
+                                      "message": str(exc), "at": time.time(),
+                                      "user_call": any(exc is e for e in USER_CALL_ERRORS)}), flush=True)
         return 4
     print("RESULT " + json.dumps({"ok": True, "choices": choices, "at": time.time()}), flush=True)
     return 0

@@ -7,16 +7,20 @@ tuned call) with the tuner's timeout ``T`` (``--timeout``, default 4 s), and ONE
 SIGKILL or SIGSTOP of one rank (at a random delay after every rank is up, or at the k-th call of a config; a stopped
 rank is continued after 0.5-3 T, or never), a RuntimeError in the tuned function on one rank at one config (before
 or after its all_reduce), a sleep of 2 T there, an error in the key function or ``prune_fn`` on one rank; or no fault
-(the control). A fault that comes in the user's own call of a key already decided (the call after the tuning) is
-the user's: its errors are not the library's to report. Past ``6 T + 30`` s a job is a HANG: every live rank dumps
-its threads' stacks (SIGUSR1, faulthandler) into ``stack.rank<r>`` in the job's folder, then is killed.
+(the control). A fault that comes in the user's own call of a key already decided (the call after the tuning) is the
+user's: its errors are not the library's to report. So is a survivor's error raised there by the function's own
+collective when a peer dies at the driver's delay (the driver cannot tell where that lands: each rank says whether
+its error is the one its function raised in a call of a decided key, ``_chaos_rank.py``'s ``user_call``); such a
+survivor may end beside one that returned or one that raised the library's error, and only its own end is excused.
+Past ``6 T + 30`` s a job is a HANG: every live rank dumps its threads' stacks (SIGUSR1, faulthandler) into
+``stack.rank<r>`` in the job's folder, then is killed.
 
 Checked per job (the library's promise: docs/fault-tolerance.md):
 
 - no hang;
 - the surviving ranks (all but a killed one, or one stopped for good) either all return, with the same choice per
   key, or all end with the library's errors (an ``AutotuneError`` raised, or the watchdog's exit 86 / 87), never a
-  mix, never another error;
+  mix, never another error (but the user's own call's, above);
 - they end within ``2 T + 10`` s of the fault (the documented bounds are about ``T + max(1, T/10)``; the slack is
   for a loaded machine), or of a stopped rank's continuation;
 - where a survivor raised for a rank's fault, its message names that rank (a killed store host: the store).
@@ -352,14 +356,17 @@ def judge(job: Job, timeout: float) -> None:
     gone = {victim} if kind == "kill" or (kind == "stop" and fault.get("cont") is None) else set()
     survivors = [r for r in job.ranks if not (r.rank in gone and r.outcome == "killed")]
     oks = [r for r in survivors if r.outcome == "ok"]
-    if job.after_decision:  # the user's own call after the tuning: whatever it raises is the user's
-        for r in survivors:
-            r.outcome = "user:" + r.outcome[6:] if r.outcome.startswith("other") and not job.hang else r.outcome
+    for r in survivors:  # the user's own call after the tuning: whatever it raises is the user's
+        # (the fault's rank said its fault came there; or, for a fault the driver timed, the rank's own error is the
+        # one its function's body raised in a call of a key already decided there: RESULT's ``user_call``)
+        if r.outcome.startswith("other") and not job.hang and (job.after_decision or r.result.get("user_call")):
+            r.outcome = "user:" + r.outcome[6:]
     bad = [r for r in survivors if r.outcome.startswith("other")]
     job.notes += [f"rank {r.rank} ended by the faulthandler backstop" for r in survivors if r.outcome == "backstop"]
     if bad and not job.hang:
         job.violations.append("NOT A LIBRARY END: " + "; ".join(f"rank {r.rank} {r.outcome}" for r in bad))
-    if oks and any(r.outcome not in ("ok", "mpiexec") for r in survivors) and not job.after_decision:
+    if oks and any(r.outcome not in ("ok", "mpiexec") and not r.outcome.startswith("user:") for r in survivors) \
+            and not job.after_decision:
         job.violations.append("MIXED: " + ", ".join(f"rank {r.rank} {r.outcome}" for r in survivors))
     if len({json.dumps(r.result["choices"], sort_keys=True) for r in oks}) > 1:
         job.violations.append("DIVERGED: " + "; ".join(f"rank {r.rank} {r.result['choices']}" for r in oks))

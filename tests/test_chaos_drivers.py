@@ -137,3 +137,57 @@ def test_a_killed_rank_is_named_where_a_peers_collective_broke_first(tmp_path: P
     # (the driver's own check, by every library error's text; its timing bounds are left to the chaos runs: a loaded
     # machine may take another path, rank 3's beat read silent first, which names it too)
     assert not [v for v in job["violations"] if v.startswith(("UNNAMED", "NOT A LIBRARY END"))], done.stdout
+
+
+#: 2 gloo ranks tune ``autotune`` on one key with one config and the function's all_reduce; rank 1 SIGKILLs itself at
+#: its ``k``-th call of that config, before the all_reduce: the 3rd is the chosen config's run after the tuning (one
+#: warm-up call and one race round before it), the 2nd the race's measured run
+FINAL_RUN_KILL = {"seed": 1, "launcher": "torch", "ranks": 2, "mode": "autotune", "configs": 1, "keys": [4],
+                  "collective": True, "prune": False,
+                  "fault": {"kind": "kill", "rank": 1, "config": 0, "k": 3, "where": "before", "trigger": "call",
+                            "delay": 0.0}}
+
+
+@pytest.mark.timeout(200)
+def test_a_survivors_error_from_its_own_call_after_the_decision_is_the_users_where_the_driver_timed_the_kill(
+        tmp_path: Path) -> None:
+    """The classic chaos job of seed 1918885402 (4 gloo ranks, ``autotune`` with a collective, rank 2 SIGKILLed by the
+    driver 0.16 s in): where the kill lands in the run of the decided config after the tuning (``Tuner._run``, the
+    user's own call), the survivors' own all_reduce raises gloo's ``RuntimeError``, which the library passes on
+    unchanged, as it would be with no tuner. The driver, which timed the kill, cannot say where it landed: it counted
+    the job ``NOT A LIBRARY END`` (here, with the delay moved to 0.3, 0.4, 0.5 and 0.6 s: at 0.3 and 0.6 s; at 0.16 s
+    none of 3 reruns on an idle machine reached that run). Now each rank says whether the error that ended it is the
+    one its function raised in a call of a key decided on it (``RESULT``'s ``user_call``), and only such a survivor's
+    end is the user's. Here the victim kills itself at that run and the job is judged as the driver's timed kill
+    leaves it (no word of the fault's place: ``after_decision`` False); the same survivor without the rank's word is
+    still a violation, and a kill in the measured run still ends the survivor with the library's error naming the
+    victim, its rank saying nothing of a user call."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import chaos
+
+    jobs = {}
+    for k in (3, 2):
+        plan = json.loads(json.dumps(FINAL_RUN_KILL))
+        plan["fault"]["k"] = k
+        job = chaos.Job(plan["seed"], plan)
+        folder = tmp_path / f"k{k}"
+        job.folder = str(folder)
+        chaos.drive(job, folder, 4.0)
+        said = json.loads((folder / "fault.json").read_text())
+        assert said["decided"] is (k == 3), said  # the kill came where it was planned: the final run, or measured
+        job.after_decision = False  # as a kill the driver timed leaves it
+        jobs[k] = job
+    survivor = jobs[3].ranks[0]
+    assert survivor.rc == 4 and survivor.result["error"] == "RuntimeError" and survivor.result["user_call"], survivor
+    told = json.loads(json.dumps(survivor.result))
+    chaos.judge(jobs[3], 4.0)
+    assert not jobs[3].violations and [r.outcome for r in jobs[3].ranks] == ["user:rc=4:RuntimeError", "killed"], (
+        chaos.line(0, jobs[3]))
+    untold = chaos.Job(jobs[3].seed, jobs[3].plan, fault_at=jobs[3].fault_at,
+                       ranks=[chaos.Rank(0, 4, survivor.ended, result={**told, "user_call": False}), jobs[3].ranks[1]])
+    chaos.judge(untold, 4.0)
+    assert any(v.startswith("NOT A LIBRARY END") for v in untold.violations), chaos.line(0, untold)
+    chaos.judge(jobs[2], 4.0)
+    measured = jobs[2].ranks[0]
+    assert not jobs[2].violations and measured.outcome.startswith("lib:"), chaos.line(0, jobs[2])
+    assert "user_call" not in measured.result and 1 in chaos.named_ranks(measured.result["message"]), measured
