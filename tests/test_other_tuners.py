@@ -5,10 +5,11 @@ Triton's interpreter (tests/scenarios/other_tuners_cases.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_cli, run_ranks, tuner_env
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -134,15 +135,53 @@ def test_a_time_budget_bounds_the_tuning_of_a_key_on_every_rank(tmp_path):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_a_config_pinned_for_production_runs_as_the_hint_says(tmp_path, ranks):
-    """Helion's ``config=`` as the refusal says: a space of one entry is still warmed up and timed at its key's
-    first call (more runs than one), then decided; ``autotune=False`` runs the first config once, decides nothing."""
+    """Helion's ``config=`` as the refusal says: a space of one entry is decided at its key's first call with no
+    timing (one checked run, then the call's own run: two runs); ``autotune=False`` runs the first config once,
+    decides nothing."""
     results = run_ranks(CASES, ranks, ["pinned"], env=tuner_env(tmp_path, 30), timeout=150)
     assert all(r.returncode == 0 for r in results), describe(results)
     for r in results:
         res = r.result
-        assert res["runs_one"] > 1 and res["decided_one"] == {"300": {"BLOCK": 128, "CLAMP": False}}, res
+        assert res["runs_one"] == 2 and res["decided_one"] == {"300": {"BLOCK": 128, "CLAMP": False}}, res
         assert res["runs_off"] == 1 and res["off_config"] == {"BLOCK": 64, "CLAMP": False}, res
         assert res["decided_off"] == {}, res
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_a_key_of_one_config_after_pruning_is_decided_without_timing_on_every_rank(tmp_path):
+    """``triton.autotune`` launches a lone config without benchmarking. Before, a space of one config (or one
+    ``prune_fn`` pruned to one) was warmed up, probed and raced: 7 runs of the function on each of 2 ranks. Now the
+    config runs once in lock-step, untimed, and the call runs it: 2 runs; the cache records no time or margin
+    (``untimed``), and neither ``show`` nor the summary prints one. Pruning is agreed (each rank keeps two configs,
+    one in common), and a lone config that raises or differs from ``ref_prog`` still fails on every rank after its
+    one run, nothing cached."""
+    env = tuner_env(tmp_path, 30)
+    results = run_ranks(CASES, 2, ["one_config"], env=env, timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    chosen = {"BLOCK": 128, "CLAMP": False}
+    for r in results:
+        res = r.result
+        assert res["runs_one"] == 2 and res["right"] and res["decided_one"] == {"300": chosen}, res
+        assert res["untimed"] and [(o["state"], o["time"], o["untimed"]) for o in res["outcomes"]] == [
+            ("measured", None, True)], res
+        assert res["runs_pruned"] == [chosen, chosen] and res["decided_pruned"] == {"300": chosen}, res
+        assert "rank 0: ZeroDivisionError" in res["raises"] and "rank 1: ZeroDivisionError" in res["raises"], res
+        assert "rank 0: wrong result" in res["wrong"] and "rank 1: wrong result" in res["wrong"], res
+        for label in ("raises", "wrong"):
+            assert res[f"{label}_runs"] == 1 and res[f"{label}_decided"] == {}, res
+    summary = results[0].stderr
+    assert "(not timed: one config, run once)" in summary, summary
+    assert "the only config of the key's space after pruning: run once, not timed" in summary, summary
+    cache = tmp_path / "cache"
+    assert not list((cache / "raises").glob("*.json")) and not list((cache / "wrong").glob("*.json"))
+    [path] = list((cache / "one").glob("*.json"))
+    record = json.loads(path.read_text())
+    assert record["untimed"] is True and record["time_ms"] is None and record["margin"] is None, record
+    shown = run_cli(["show", str(path), "--cache-dir", str(cache)], base_env(env))
+    assert shown.returncode == 0, shown.stderr
+    assert "time: not timed: the only config of the key's space after pruning, run once" in shown.stdout, shown.stdout
+    assert " ms" not in shown.stdout.split("time:", 1)[1].splitlines()[0], shown.stdout
 
 
 @pytest.mark.timeout(200)

@@ -122,6 +122,9 @@ class Outcome:
     #: noise a race that is not heavy times it by its least sample, and so does :meth:`least`.
     #: None: no settled samples (its median is of all its samples)
     drift_free: float | None = None
+    #: True when the config ran once, untimed, and was chosen as the only one its key's space held after pruning
+    #: (:mod:`~triton_dist_tune.measure.once`): ``time`` is None, and nothing is measured
+    untimed: bool = False
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -164,7 +167,7 @@ class Outcome:
         time = values.get("time")
         if time is not None and not (finite_number(time) and time >= 0):
             return None
-        if values["state"] in ("measured", "stopped") and time is None:
+        if values["state"] in ("measured", "stopped") and time is None and values.get("untimed") is not True:
             return None
         if not _typed_right(values):
             return None
@@ -173,7 +176,8 @@ class Outcome:
         drift_free = values.get("drift_free")
         if drift_free is not None and not (finite_number(drift_free) and drift_free >= 0):
             values.pop("drift_free")  # damaged: the median of its samples
-        for flag in ("settled_time", "probed", "resumed"):  # damaged: not a drift-free time, nor a bound, nor resumed
+        # damaged: not a drift-free time, nor a bound, nor resumed, nor untimed
+        for flag in ("settled_time", "probed", "resumed", "untimed"):
             if type(values.get(flag)) is not bool:  # (a NaN kept there made ``list --json`` fail whole)
                 values.pop(flag, None)
         if not isinstance(values.get("error"), (str, type(None))):
@@ -249,6 +253,13 @@ class Decision:
     #: what the times are: :data:`MEDIAN` (each config's median sample) or :data:`LEAST` (its least sample: the
     #: race's samples were noisy); the race's, at its end, so of the chosen config and those raced to the end
     statistic: str = MEDIAN
+    #: True when the key's space held one config after pruning: run once, never timed (``time`` NaN, no margin)
+    untimed: bool = False
+
+    @property
+    def time_or_none(self) -> float | None:
+        """The chosen config's time, or None where it was not timed (:attr:`untimed`)."""
+        return None if self.untimed else self.time
 
 
 #: the parts of a tuning's wall time, in the order a breakdown lists them (see :class:`TimeBreakdown`)

@@ -130,6 +130,46 @@ def pinned():
 
 
 @case
+def one_config():
+    """Keys decided with no timing, as ``triton.autotune`` decides a lone config: a space of one config (printed, as
+    ``autotune_verbose`` prints it), a space that ``prune_fn`` prunes to one on every rank though each rank keeps
+    two, and lone configs that raise or differ from ``ref_prog``: each rank's runs of the function, and what is
+    decided."""
+    tdt.init_distributed()
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    key_fn = lambda x, y, alpha: x.numel()  # noqa: E731
+    x, y = inputs(negative=False)
+    one = tdt.autotune([{"BLOCK": 128, "CLAMP": False}], key_fn=key_fn, name="one")(axpy_reduced)
+    RUNS.clear()
+    out = one(x, y, 2.0, autotune_verbose=True)
+    runs_one, right = len(RUNS), bool(torch.allclose(out, reference(x, y, 2.0)))
+    decision = one.tuner.decisions[next(iter(one.tuner.decisions))]
+
+    def keeps(config, x, y, alpha):  # rank 0 keeps BLOCK 64 and 128, rank 1 128 and 256: 128 alone on both
+        return not config["CLAMP"] and config["BLOCK"] in ((64, 128) if rank == 0 else (128, 256))
+
+    pruned = tdt.autotune(SPACE, key_fn=key_fn, prune_fn=keeps, name="pruned")(axpy_reduced)
+    RUNS.clear()
+    pruned(x, y, 2.0)
+    runs_pruned = list(RUNS)
+    failures = {}
+    for label, space, ref in (("raises", [{"BLOCK": 0, "CLAMP": False}], None),
+                              ("wrong", [{"BLOCK": 64, "CLAMP": True}], reference)):
+        lone = tdt.autotune(space, key_fn=key_fn, ref_prog=ref, name=label)(axpy_reduced)
+        RUNS.clear()
+        try:
+            lone(x, -y, 2.0)
+            failures[label] = "no error"
+        except tdt.AllConfigsFailedError as exc:
+            failures[label] = str(exc)
+        failures[label + "_runs"] = len(RUNS)
+        failures[label + "_decided"] = {str(k): v for k, v in lone.tuner.decided.items()}
+    emit(runs_one=runs_one, right=right, decided_one=one.tuner.decided, untimed=getattr(decision, "untimed", None),
+         outcomes=[o.to_json() for o in decision.outcomes], runs_pruned=runs_pruned,
+         decided_pruned=pruned.tuner.decided, **failures)
+
+
+@case
 def unknown_variable():
     """A job run twice with ``..._FORCE_AUTOTUNE=1`` (Helion's ``HELION_FORCE_AUTOTUNE``) and a misspelt
     ``..._ALWAYSTUNE=1`` set, meant to tune again: each rank says, once, that neither changes anything, and what to

@@ -208,7 +208,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     facts = [
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
         ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),
-        ("time", f"{ms_text(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")
+        ("time", "not timed: the only config of the key's space after pruning, run once" if entry.untimed else
+         f"{ms_text(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")
          + (f"; {LEAST_NOTE}" if entry.statistic == LEAST else "")),
         ("margin", (f"{_pct(entry.margin)} over config {entry.runner_up}: chosen config "
                     + logs.faster_text(entry.margin, entry.runner_up).replace(f" than config {entry.runner_up}", "")

@@ -167,6 +167,11 @@ class Entry:
         """Whether the entry was tuned under other software versions than this process runs."""
         return self.versions != (now if now is not None else current_versions())
 
+    @property
+    def untimed(self) -> bool:
+        """Whether the key's space held one config after pruning, which ran once, not timed: no time, no margin."""
+        return self.raw.get("untimed") is True
+
     def chosen(self) -> Outcome | None:
         """The chosen config's outcome, when its measurements are recorded."""
         return next((o for o in self.measurements if o.index == self.index), None)
@@ -184,7 +189,7 @@ class Entry:
                 "source": self.source, "superseded_by": superseded_by.name if superseded_by is not None else None,
                 "tuning_seconds": self.tuning_seconds,
                 "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
-                "provisional": self.provisional,
+                "provisional": self.provisional, "untimed": self.untimed,
                 "rank_local": self.rank_local.to_json() if self.rank_local is not None else None,
                 "measurements": [o.to_json() for o in self.measurements]}
 

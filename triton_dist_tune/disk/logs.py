@@ -286,7 +286,7 @@ def format_table(outcomes: Sequence[Outcome], chosen: int | None, statistic: str
     for o in outcomes:
         mark = "->" if o.index == chosen else ""
         spread = f"+-{100 * o.spread:.1f}%" if o.spread is not None else "-"
-        status = "ok" if o.state == "measured" else o.state
+        status = ("untimed" if o.untimed else "ok") if o.state == "measured" else o.state
         if o.resumed:
             status += "*"
         text = (f"{mark:2}{o.index:>4}  {ms_text(o.time):>{width}}  {spread:>7}  {ms_text(o.own):>{width}}  "
@@ -309,6 +309,8 @@ def faster_text(margin: float, runner_up: Any) -> str:
 
 def margin_text(decision: Decision) -> str:
     """How sure a decision is, in words: how much faster than the runner-up, and whether it is a near-tie."""
+    if decision.untimed:
+        return " (the only config of the key's space after pruning: run once, not timed)"
     if decision.margin is None:
         return " (the only usable config)"
     tie = ", a near tie: within the measured noise" if decision.near_tie else ""
@@ -328,13 +330,15 @@ def print_summary(name: str, key_text: str, group: Any, decision: Decision, cach
     shown = [o for o in decision.outcomes if not (decision.search and o.state == "pruned")]
     left = len(decision.outcomes) - len(shown)
     how = "timed on the device (CUDA graph replays)" if decision.clock == "graph" else "timed eagerly"
+    how = ("not timed: one config, run once" if decision.untimed
+           else f"{decision.timing} timing, {how}, {decision.rounds} round(s)")
     search = f"\n{decision.search}; {left} config(s) pruned or not screened" if decision.search else ""
     spent = f"\ntime: {decision.breakdown.text()}" if decision.breakdown is not None else ""
     cut = "\ncut short by the time budget: the best measured so far, provisional" if decision.cut else ""
     console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
-        "(%s timing, %s, %d round(s)),%s%s%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
-        key_text, decision.seconds, group.size, group_title(group), decision.timing, how, decision.rounds, search,
+        "(%s),%s%s%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
+        key_text, decision.seconds, group.size, group_title(group), how, search,
         spent, cut, decision.config, margin_text(decision), format_table(shown, decision.index, decision.statistic),
         cache_file, logs_text())
 

@@ -221,7 +221,7 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, agreed: Hashable,
         result.key, result.config, result.entry = tuning.key_text, tuner.descriptions[result.index], tuning.entry
         decision = tuner.decisions.get((group.name, key))
         if decision is not None and decision is not before and not decision.cached:
-            result.state, result.time_ms, result.margin = "tuned", decision.time, decision.margin
+            result.state, result.margin, result.time_ms = "tuned", decision.margin, decision.time_or_none
             result.near_tie = decision.near_tie
         else:
             result.state = "cached"

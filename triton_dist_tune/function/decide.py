@@ -33,7 +33,11 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     still running), else the least time among resumed or sharded outcomes; index -1 when nothing is usable. Every
     time of it is of its statistic (:func:`of_statistic`). A race that chose nothing (every config in it failed: a
     search's finalists) leaves the least time among the outcomes sampled outside it, never a probe's stand-in while
-    one sampled is left; a stand-in chosen is provisional (``cut``: the next job tunes the key again)."""
+    one sampled is left; a stand-in chosen is provisional (``cut``: the next job tunes the key again). The only config
+    of a key's space, run once untimed (:mod:`~triton_dist_tune.measure.once`), is chosen with no time or margin."""
+    once = next((o for o in outcomes if o.untimed and o.state == "measured"), None)
+    if once is not None:
+        return Decision(once.index, once.config, float("nan"), None, False, None, outcomes, timing, 0, untimed=True)
     told = statistic(race.location()) if race is not None else MEDIAN
     outcomes = of_statistic(outcomes, race, told)
     by_index = {o.index: o for o in outcomes}
@@ -89,7 +93,8 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision, sou
     rank alone for a whole group (:class:`~triton_dist_tune.disk.entries.RankLocal`'s fields), recorded as is."""
     return {"function": name, "key": key_text, "source": source, "origin": origin, "group_size": group.size,
             "group": logs.group_title(group), "index": decision.index, "config": decision.config,
-            "time_ms": decision.time, "statistic": decision.statistic, "margin": decision.margin,
+            "time_ms": decision.time_or_none, "statistic": decision.statistic,
+            "margin": decision.margin, **({"untimed": True} if decision.untimed else {}),
             "near_tie": decision.near_tie, "runner_up": decision.runner_up,
             "timing": decision.timing, "search": decision.search, "clock": decision.clock, "rounds": decision.rounds,
             "tuning_seconds": decision.seconds,
@@ -104,7 +109,7 @@ def served(data: dict[str, Any]) -> dict[str, Any]:
     unscreened configs left out), so that every rank's ``tuner.decisions`` holds the decision (the seeds of a later
     search of a nearby key come from it, as after a tuning)."""
     keep = ("index", "config", "time_ms", "statistic", "margin", "near_tie", "runner_up", "timing", "search", "clock",
-            "rounds")
+            "rounds", "untimed")
     outcomes = [o for o in data.get("measurements") or [] if isinstance(o, dict) and o.get("state") != "pruned"]
     return {**{k: data.get(k) for k in keep}, "measurements": outcomes}
 
@@ -127,6 +132,7 @@ def decision_from_record(record: Any, index: int, description: str) -> Decision:
     decision.clock = str(data.get("clock") or "eager")
     decision.statistic = recorded_statistic(data)
     decision.cached = True
+    decision.untimed = data.get("untimed") is True
     return decision
 
 
@@ -233,6 +239,10 @@ def say_decision(label: str, decision: Decision) -> None:
     """The rank log's lines of a decision every rank has (:func:`conclude`): the search's summary, then the choice."""
     if decision.search:
         logs.rank_log().info("%s %s", label, decision.search)
+    if decision.untimed:
+        logs.rank_log().info("%s decision: config %d (%s)%s", label, decision.index, decision.config,
+                             logs.margin_text(decision))
+        return
     logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s%s", label, decision.index,
                          decision.config, decision.time, logs.margin_text(decision),
                          "on the device (CUDA graph replays)" if decision.clock == "graph" else "eagerly",

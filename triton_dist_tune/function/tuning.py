@@ -295,9 +295,9 @@ class Tuning:
             # the replicas' clock: the same on every rank
             settled.cut, settled.clock = settled.cut or measurer.budget.cut, measurer.clock_kind
             return settled
-        with measuring(measurer, state):
-            self._precompile(todo, measurer, len(kept))
-            outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
+        with measuring(measurer, state):  # (one config kept: run once, untimed, nothing compiled ahead)
+            outcomes += measurer.measure(todo, len(kept), tuner.options.sharded,
+                                         lambda: self._precompile(todo, measurer, len(kept)))
         decision = decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
         decision.clock = measurer.clock_kind
         decision.cut = decision.cut or measurer.budget.cut

@@ -60,6 +60,7 @@ from .combine import Combined as Combined
 from .combine import combine_phase as combine_phase
 from .graphs import EAGER, GRAPH, PLACEMENTS, Graphs
 from .guarding import Guarding
+from .once import Once
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
 from .race import Race, RacePlan, sift_note
@@ -98,7 +99,7 @@ def settled_text(race: Race) -> str:
     return f"settled from {race.settled_from}" if race.settled_from is not None else "no settled rounds"
 
 
-class Measurer(Sampling, Sharding, Guarding, SteadySteps):
+class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
