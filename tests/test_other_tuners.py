@@ -184,6 +184,28 @@ def test_a_key_of_one_config_after_pruning_is_decided_without_timing_on_every_ra
     assert " ms" not in shown.stdout.split("time:", 1)[1].splitlines()[0], shown.stdout
 
 
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_config_checked_before_any_writer_of_an_undeclared_output_fails_once_one_writes_it(tmp_path, ranks):
+    """The config that launches no program (``BLOCK=512``, ``n = 256``) checked first, before any config wrote the
+    undeclared output ``y``. Before, it passed its check (``y`` was compared only for configs checked after a
+    writer), and launching nothing it was the fastest: chosen. Now, once config 1's run writes ``y``, the earlier
+    config's ``y`` (the caller's values, kept already) is compared with ``ref_prog``'s: it fails on every rank with
+    the same error, though on 2 ranks only rank 1 could see it (rank 0's ``ref_prog`` leaves ``y`` as it was)."""
+    results = run_ranks(CASES, ranks, ["unwritten_first"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    errors = []
+    for r in results:
+        failed = r.result["failed"]
+        assert list(failed) == ["{BLOCK: 512}"], r.result
+        assert r.result["chosen"] != "{BLOCK: 512}" and r.result["right"], r.result
+        errors.append(failed["{BLOCK: 512}"])
+    assert len(set(errors)) == 1, errors
+    assert f"rank {ranks - 1}: wrong result: the result['y']: 256 of 256 elements differ" in errors[0], errors
+    assert "found when config 1, checked later, wrote it" in errors[0], errors
+
+
 @pytest.mark.timeout(200)
 def test_a_tuner_variable_it_does_not_read_is_said_once_with_what_to_set(tmp_path):
     """Helion's ``HELION_FORCE_AUTOTUNE=1`` carried over with this package's prefix, and a misspelt ``ALWAYS_TUNE``

@@ -246,5 +246,32 @@ def unwritten_output():
          right=bool(torch.equal(y, torch.arange(256, dtype=torch.float32) + 2)))
 
 
+@case
+def unwritten_first():
+    """As :func:`unwritten_output`, with the config whose grid launches no program (``BLOCK=512`` for ``n = 256``)
+    checked first, before any config has written ``y``. On 2 ranks rank 0's ``x`` is zeros, so its ``ref_prog``
+    leaves ``y`` as it was and nothing is compared there: only rank 1 can find the config wrong, once a config
+    checked later writes ``y``, and every rank must fail it alike (it launches nothing: the fastest, chosen if not
+    failed)."""
+    tdt.init_distributed()
+    alone = not dist.is_initialized() or dist.get_world_size() == 1
+    rank = 0 if alone else dist.get_rank()
+
+    def axpy_into(x, y, alpha, *, BLOCK):
+        axpy_into_kernel[(x.numel() // BLOCK,)](x, y, alpha, BLOCK=BLOCK)
+
+    def reference_into(x, y, alpha):
+        y.add_(alpha * x)
+
+    tuned = tdt.autotune([{"BLOCK": block} for block in (512, 64, 128, 256)], key_fn=lambda x, y, alpha: x.numel(),
+                         ref_prog=reference_into, n_repeat=2)(axpy_into)
+    x = torch.ones(256) if alone or rank == 1 else torch.zeros(256)
+    y = torch.arange(256, dtype=torch.float32)
+    tuned(x, y, 2.0)
+    decision = tuned.tuner.decisions[next(iter(tuned.tuner.decisions))]
+    emit(failed={str(o.config): o.error for o in decision.outcomes if o.error}, chosen=decision.config,
+         right=bool(torch.equal(y, torch.arange(256, dtype=torch.float32) + 2 * x)))
+
+
 if __name__ == "__main__":
     main()

@@ -326,8 +326,8 @@ class Searched:
         self.record.seconds = time.monotonic() - started
         result = []
         for i in self.kept:
-            if i in outcomes:
-                outcome = outcomes[i]
+            if i in outcomes:  # (found wrong after its screening: failed, as agreed then, measure/late.py)
+                outcome = measurer.late_failed.get(i, outcomes[i])
                 if i not in finalists and outcome.state == "measured":
                     outcome = replace(outcome, state="stopped")  # screened, not a finalist: it left the search
                 result.append(outcome)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..group import codec
@@ -24,16 +24,24 @@ class Combined:
     values: list[float]
     #: the largest of the ranks' elapsed racing times
     elapsed: float
+    #: configs checked earlier that some rank found wrong since its last exchange (index -> "rank r: verdict; ..."):
+    #: each left an undeclared output as the caller had it, which a config checked later wrote
+    #: (:meth:`~triton_dist_tune.measure.trial.Trial.take_late`); failed on every rank alike
+    late: dict[int, str] = field(default_factory=dict)
 
 
-def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
-    """Rank 0's reduction of an exchange: each rank sent (its value or its error text, its elapsed seconds)."""
-    errors = [value if isinstance(value, str) else None for value, _ in contributions]
-    elapsed = max(seconds for _, seconds in contributions)
+def combine_phase(contributions: list[tuple[Any, ...]]) -> Combined:
+    """Rank 0's reduction of an exchange: each rank sent (its value or its error text, its elapsed seconds), and in
+    a warm-up's exchange the configs it found wrong late (a dict: :attr:`Combined.late`)."""
+    errors = [value if isinstance(value, str) else None for value, *_ in contributions]
+    elapsed = max(sent[1] for sent in contributions)
+    found = [sent[2] if len(sent) > 2 and isinstance(sent[2], dict) else {} for sent in contributions]
+    late = {index: by_rank([mine.get(index) for mine in found])
+            for index in sorted({i for mine in found for i in mine if type(i) is int})}
     if any(errors):
-        return Combined(by_rank(errors), [], elapsed)
-    values = [float(value) for value, _ in contributions]
-    return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed)
+        return Combined(by_rank(errors), [], elapsed, late)
+    values = [float(value) for value, *_ in contributions]
+    return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed, late)
 
 
 def combine_round(contributions: list[tuple[list[tuple[Any, Any]], float]]) -> list[tuple[Any, Combined]]:

@@ -46,11 +46,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongResult, describe_error
+from ..errors import CompileFailed, WrongResult, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
-from ..group.rank_names import rank_name
 from ..records import COMPILE_PASS, FROM_THE_FILL, WARMUP, WARMUP_AGAIN, Outcome
 from ..stats import median
 from . import breakdown, timing
@@ -60,6 +59,7 @@ from .combine import Combined as Combined
 from .combine import combine_phase as combine_phase
 from .graphs import EAGER, GRAPH, PLACEMENTS, Graphs
 from .guarding import Guarding
+from .late import LateChecks
 from .once import Once
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
@@ -99,7 +99,7 @@ def settled_text(race: Race) -> str:
     return f"settled from {race.settled_from}" if race.settled_from is not None else "no settled rounds"
 
 
-class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once):
+class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once, LateChecks):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
@@ -140,6 +140,9 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once):
         self._filled_here = False
         #: how many times each config was warmed up (names each warm-up's step: :meth:`_warm`)
         self._warmups: dict[int, int] = {}
+        #: the configs found wrong after their own check, and those whose warm-up passed (:mod:`~.late`)
+        self.late_failed: dict[int, Outcome] = {}
+        self._passed: dict[int, str] = {}
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -194,7 +197,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once):
         """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the steady probe (``probe_calls``
         timed calls)."""
         def checked() -> None:
-            wrong = self.trial.checked_run(config)
+            wrong = self.trial.checked_run(config, index)
             if wrong:
                 raise WrongResult(wrong)
 
@@ -314,6 +317,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once):
         """Race the configs of ``todo`` warmed up with ``per_call`` (their group's times per call), since
         ``warming`` (``time.monotonic``), into ``outcomes`` (:meth:`lockstep`'s race; a screening's far-behind
         configs get their probe)."""
+        self.late_left_out(per_call, outcomes)  # found wrong after their check: no race (:mod:`~.late`)
         self.per_call.update(per_call)
         far = self.far_behind(per_call) if screen else []
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call and index not in far}
@@ -379,23 +383,3 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps, Once):
     def _own(self) -> int:
         """This rank's position in a sample's values (-1 when a large group sends only the max)."""
         return self.group.rank if self.group.size <= PER_RANK_LIMIT else -1
-
-    def _exchange(self, index: int, desc: str, value: tuple[Any, float], error: str | None,
-                  phase: str) -> Combined:
-        """Share this rank's outcome of a phase (reduced on group rank 0: :func:`combine_phase`); its own failure
-        is journaled first and named in a timeout."""
-        if error:
-            error = self._post(index, desc, error)
-        try:
-            return self.group.combine(value, f"{self.label} config {index} {phase}", combine_phase,
-                                      exchange_timeout(self.plan.timeout))
-        except RankFailedError:
-            raise  # the board names the failure (this rank's or another's): the same text everywhere
-        except GroupTimeoutError as exc:
-            if not error:
-                raise
-            self._stop_if_poisoned(index, desc, error)  # this rank's own failure first: a poisoned device says so
-            # by its global rank too: the timeout that follows names global ranks, so no line is added saying
-            # which global rank a bare group rank is (:mod:`~triton_dist_tune.group.rank_names`)
-            raise RankFailedError(f"triton_dist_tune: {rank_name(self.group, self.group.rank)} failed in config "
-                                  f"{index} ({desc}): {error}; then: {exc}") from exc

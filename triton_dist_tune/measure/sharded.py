@@ -76,6 +76,10 @@ class Sharding:
                                                 per_rank=[time_ms], samples=len(samples), own=time_ms,
                                                 round_times=samples), share=True))
             last_s = time.monotonic() - began
+            for earlier, text in self.trial.take_late().items():  # found wrong after its check (:mod:`~.late`): this
+                for k, outcome in enumerate(mine):  # rank's own verdict, shared with its outcomes
+                    if outcome.index == earlier and outcome.state != "failed":
+                        mine[k] = self._failed(earlier, outcome.config, f"rank {self.group.rank}: {text}", sharded=True)
         return mine
 
     def _shared(self, mine: list[Outcome], configs: int, watch: RoundWatch) -> list[Outcome]:

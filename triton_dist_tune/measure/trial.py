@@ -39,6 +39,16 @@ class Trial:
     #: for every later checked run, one that leaves them as the caller had them too (a config whose grid launches
     #: no program, ``n // BLOCK`` with ``BLOCK > n``)
     written_by_runs: set[str] = field(default_factory=set)
+    #: the names of :attr:`buffers` whose caller's values differ from ``ref_prog``'s, each with the verdict of a run
+    #: that leaves it as the caller had it (None until the first checked run works them out from the copies the
+    #: arguments' state keeps of the caller's values: no copy of its own)
+    stale: dict[str, str] | None = None
+    #: per name of :attr:`stale` no checked run wrote yet on this rank: the configs whose checked run passed leaving it
+    #: as the caller had it, wrong once some config's run is found writing it (before, they passed)
+    left_unwritten: dict[str, list[int]] = field(default_factory=dict)
+    #: configs of :attr:`left_unwritten` found wrong by a later config's run (index -> verdict), not yet sent to the
+    #: group (:meth:`take_late`): the group fails them on every rank at the warm-up's exchange
+    found_late: dict[int, str] = field(default_factory=dict)
     #: the last exception a config's run raised on this rank (with its traceback): the cause of the error raised
     #: when every config failed
     last_error: BaseException | None = None
@@ -109,22 +119,49 @@ class Trial:
         self.clock.synchronize()
         return timing.read_sample(self.clock, token, steady)
 
-    def checked_run(self, config: dict[str, Any]) -> str | None:
-        """One untimed run compared against the reference; None when it matches."""
+    def checked_run(self, config: dict[str, Any], index: int = -1) -> str | None:
+        """One untimed run of config ``index`` compared against the reference; None when it matches."""
         out = self.call(config, exact=True)
         self.clock.synchronize()
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         wrong = self.reference.mismatch(produced) if self.reference is not None else None
-        if wrong is None and self.buffers is not None and self.state is not None:
+        if self.buffers is not None and self.state is not None:
             # those this run wrote, and those an earlier config's run wrote: what ref_prog alone writes is no output
-            # of the function (a scratch argument), but one that some config writes is, and a config that leaves it
-            # unwritten is wrong (before, it passed: only what the run itself wrote was compared)
+            # of the function (a scratch argument), but one that some config writes is (a config whose result
+            # differs too), and a config that leaves it unwritten is wrong (before, it passed: only what the run
+            # itself wrote was compared)
             written = set(self.state.changed_now())
-            self.written_by_runs.update(name for name in self.buffers.value if name in written)
+            first = [name for name in self.buffers.value if name in written and name not in self.written_by_runs]
+            self.written_by_runs.update(first)
             names = [name for name in self.buffers.value if name in self.written_by_runs]
-            if names:
+            if names and wrong is None:
                 wrong = self.buffers.mismatch_of({name: self.state.watched[name][0] for name in names})
+            self._left_unwritten(index, first, wrong is None)
         return wrong
+
+    def _left_unwritten(self, index: int, first: list[str], passed: bool) -> None:
+        """After config ``index``'s checked run, which wrote ``first`` before any other config on this rank and
+        ``passed``: the configs checked earlier found wrong (each left those as the caller had them, where
+        ``ref_prog`` left other values: exactly what a check after ``first``'s writer says of a config leaving them
+        so, with no run again), and this one noted where it passed leaving such a name unwritten."""
+        assert self.buffers is not None and self.state is not None
+        if self.stale is None:  # the caller's values against ref_prog's: a run that leaves a buffer unwritten
+            caller = {name: self.state.watched[name][1] for name in self.buffers.value}
+            self.stale = {name: wrong for name in self.buffers.value
+                          if (wrong := self.buffers.mismatch_of({name: caller[name]})) is not None}
+        for name in first:
+            for earlier in self.left_unwritten.pop(name, []):
+                self.found_late.setdefault(earlier, f"{self.stale[name]} (left as the caller had it; found when "
+                                                    f"config {index}, checked later, wrote it)")
+        if passed:
+            for name in self.stale:
+                if name not in self.written_by_runs and index >= 0:
+                    self.left_unwritten.setdefault(name, []).append(index)
+
+    def take_late(self) -> dict[int, str]:
+        """The configs found wrong after their own check since the last call (:attr:`found_late`), for the group."""
+        late, self.found_late = self.found_late, {}
+        return late
 
 
 class _FromTheFill(Exception):
