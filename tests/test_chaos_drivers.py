@@ -144,7 +144,7 @@ def test_a_killed_rank_is_named_where_a_peers_collective_broke_first(tmp_path: P
 #: warm-up call and one race round before it), the 2nd the race's measured run
 FINAL_RUN_KILL = {"seed": 1, "launcher": "torch", "ranks": 2, "mode": "autotune", "configs": 1, "keys": [4],
                   "collective": True, "prune": False,
-                  "fault": {"kind": "kill", "rank": 1, "config": 0, "k": 3, "where": "before", "trigger": "call",
+                  "fault": {"kind": "kill", "rank": 1, "config": 0, "k": 2, "where": "before", "trigger": "call",
                             "delay": 0.0}}
 
 
@@ -166,7 +166,7 @@ def test_a_survivors_error_from_its_own_call_after_the_decision_is_the_users_whe
     import chaos
 
     jobs = {}
-    for k in (3, 2):
+    for k in (2, 1):  # a one-config key: its one untimed run, then the final run
         plan = json.loads(json.dumps(FINAL_RUN_KILL))
         plan["fault"]["k"] = k
         job = chaos.Job(plan["seed"], plan)
@@ -174,20 +174,20 @@ def test_a_survivors_error_from_its_own_call_after_the_decision_is_the_users_whe
         job.folder = str(folder)
         chaos.drive(job, folder, 4.0)
         said = json.loads((folder / "fault.json").read_text())
-        assert said["decided"] is (k == 3), said  # the kill came where it was planned: the final run, or measured
+        assert said["decided"] is (k == 2), said  # the kill came where it was planned: the final run, or measured
         job.after_decision = False  # as a kill the driver timed leaves it
         jobs[k] = job
-    survivor = jobs[3].ranks[0]
+    survivor = jobs[2].ranks[0]
     assert survivor.rc == 4 and survivor.result["error"] == "RuntimeError" and survivor.result["user_call"], survivor
     told = json.loads(json.dumps(survivor.result))
-    chaos.judge(jobs[3], 4.0)
-    assert not jobs[3].violations and [r.outcome for r in jobs[3].ranks] == ["user:rc=4:RuntimeError", "killed"], (
-        chaos.line(0, jobs[3]))
-    untold = chaos.Job(jobs[3].seed, jobs[3].plan, fault_at=jobs[3].fault_at,
-                       ranks=[chaos.Rank(0, 4, survivor.ended, result={**told, "user_call": False}), jobs[3].ranks[1]])
+    chaos.judge(jobs[2], 4.0)
+    assert not jobs[2].violations and [r.outcome for r in jobs[2].ranks] == ["user:rc=4:RuntimeError", "killed"], (
+        chaos.line(0, jobs[2]))
+    untold = chaos.Job(jobs[2].seed, jobs[2].plan, fault_at=jobs[2].fault_at,
+                       ranks=[chaos.Rank(0, 4, survivor.ended, result={**told, "user_call": False}), jobs[2].ranks[1]])
     chaos.judge(untold, 4.0)
     assert any(v.startswith("NOT A LIBRARY END") for v in untold.violations), chaos.line(0, untold)
-    chaos.judge(jobs[2], 4.0)
-    measured = jobs[2].ranks[0]
-    assert not jobs[2].violations and measured.outcome.startswith("lib:"), chaos.line(0, jobs[2])
+    chaos.judge(jobs[1], 4.0)
+    measured = jobs[1].ranks[0]
+    assert not jobs[1].violations and measured.outcome.startswith("lib:"), chaos.line(0, jobs[1])
     assert "user_call" not in measured.result and 1 in chaos.named_ranks(measured.result["message"]), measured
