@@ -107,16 +107,18 @@ def test_a_verbose_tuning_says_the_failures_in_its_table_alone(tmp_path):
 def test_decided_configs_print_their_triton_configs_readably(tmp_path):
     """Before, ``fn.tuner.decided`` and ``fn.best_configs`` printed ``<triton.runtime.autotuner.Config object at
     0x...>``. Now a decided config (a dict, holding the very Config objects of the space, which the function is
-    given) prints each Config by Triton's own ``str`` of it (its kwargs, num_warps, num_stages...), Triton's class
-    untouched."""
+    given) prints as the logs, the console and the cache show it (``space.describe``): each Config by its kwargs and
+    launch options, Triton's class untouched. (Before the one printer, each Config printed by Triton's own ``str``,
+    ``Config(BLOCK_M: 64, BLOCK_N: 32, num_warps: 4, num_ctas: 1, num_stages: 2, maxnreg: None, ...)``, another text
+    than the log's for the same config.)"""
     res = alone("printed_configs", tmp_path)
     out = [line for line in res.stdout.splitlines() if line.startswith("RESULT ")]
     import json
     got = json.loads(out[-1][len("RESULT "):])
-    shown = f"Config({got['triton']})"
-    assert got["triton"].startswith("BLOCK_M: 64, BLOCK_N: 32, num_warps: 4"), got
-    assert got["decided"] == got["best"] == "{4: {'cfg': " + shown + "}}", got
-    assert got["space"] == "[{'cfg': " + shown + "}]" and got["one"] == "{'cfg': " + shown + "}", got
+    shown = "{cfg: Config({BLOCK_M: 64, BLOCK_N: 32, num_ctas: 1, num_stages: 2, num_warps: 4})}"
+    assert got["decided"] == got["best"] == "{4: " + shown + "}", got
+    assert got["space"] == "[" + shown + "]" and got["one"] == shown, got
+    assert got["triton"].startswith("BLOCK_M: 64, BLOCK_N: 32, num_warps: 4"), got  # Triton's own str, untouched
     assert " object at 0x" not in str(got), got
     assert got["same"] and got["plain"], got
     import triton

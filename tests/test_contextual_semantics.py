@@ -358,7 +358,7 @@ def make_track(configs=3, n_warmup=0, n_repeat=1):
     from triton_dist_tune.contextual.schedule import Track
     from triton_dist_tune.contextual.tracks import TrackInfo
 
-    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(configs)], names=[], entry="e", space_text="",
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(configs)], entry="e", space_text="",
                      pruned=list(range(configs)))
     return Track("mod.k@0", "(1,)", {0: info}, n_warmup, n_repeat)
 
@@ -404,7 +404,7 @@ def test_per_rank_times_keep_their_ranks_when_a_lower_rank_joins_late():
     from triton_dist_tune.contextual.tracks import TrackInfo
 
     def info():
-        return TrackInfo(name="k", descriptions=["c0", "c1"], names=[], entry="e", space_text="", pruned=[0, 1])
+        return TrackInfo(name="k", descriptions=["c0", "c1"], entry="e", space_text="", pruned=[0, 1])
 
     own = {0: 1.0, 1: 7.0}  # rank 0 reads 1 ms, rank 1 reads 7 ms, for either config
     track = Track("mod.k@0", "(1,)", {1: info()}, 0, 6)
@@ -434,7 +434,7 @@ def test_a_key_some_ranks_met_names_their_ranks_in_its_table_cache_rows_and_show
     from triton_dist_tune.contextual.tracks import TrackInfo
     from triton_dist_tune.records import Outcome
 
-    info = TrackInfo(name="k", descriptions=["c0", "c1"], names=[], entry="e", space_text="", pruned=[0, 1])
+    info = TrackInfo(name="k", descriptions=["c0", "c1"], entry="e", space_text="", pruned=[0, 1])
     track = Track("mod.k@0", "(1,)", {1: info, 3: info}, 0, 2)
     while not track.done:
         index = track.current()

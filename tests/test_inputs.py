@@ -94,7 +94,7 @@ def test_codec_refuses_a_record_whose_field_is_not_of_its_type(fields):
 
     with pytest.raises(codec.BadMessage, match="not of its types"):
         codec.decode(('{"~": "record", "type": ' + fields + "}").encode())
-    info = TrackInfo("k", ["a"], ["a"], "e", "s", [0], "jit", ["x"], ([0], {0: 1.5}, 1), [{"B": 1}], None)
+    info = TrackInfo("k", ["a"], "e", "s", [0], "jit", ["x"], ([0], {0: 1.5}, 1), [{"B": 1}], None)
     assert codec.decode(codec.encode(info)) == info  # the records the tuner sends still fit, the richest included
     assert codec.decode(codec.encode(Combined(None, [1, 2.5], 0))) == Combined(None, [1, 2.5], 0)  # ints as floats
 

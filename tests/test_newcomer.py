@@ -515,7 +515,7 @@ def test_readme_example_runs_on_two_cpu_ranks_and_both_choose_alike(tmp_path):
     lines = []
     for r in results:
         assert r.returncode == 0, r.stderr[-3000:]
-        found = re.search(rf"^rank {r.rank}: \{{1048576: (\{{'chunks': \d+\}})\}}, y\[0\] = 2\.0$", r.stdout, re.M)
+        found = re.search(rf"^rank {r.rank}: \{{1048576: (\{{chunks: \d+\}})\}}, y\[0\] = 2\.0$", r.stdout, re.M)
         assert found, r.stdout + r.stderr[-2000:]
         lines.append(found.group(1))
     assert lines[0] == lines[1]

@@ -105,7 +105,7 @@ CONTEXTUAL = {0: [1.0, 1.5, 1.0, 0.99, 1.485, 0.99, 1.485], 1: [1.05, 1.05, 1.5,
 
 
 def track() -> Track:
-    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(3)], names=[], entry="e", space_text="",
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(3)], entry="e", space_text="",
                      pruned=[0, 1, 2])
     return Track("mod.k", "(1,)", {0: info, 1: info}, 0, 3)
 

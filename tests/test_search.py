@@ -637,7 +637,7 @@ def test_a_contextual_search_is_seeded_by_decided_keys_and_the_perf_model():
     params = [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w} for m in (16, 32, 64, 128) for n in (16, 32, 64, 128)
               for w in (2, 4, 8, 16, 32)]  # 80 configs: searched
     estimates = {i: float(100 - i) for i in range(80)}  # the perf model likes the last configs best
-    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(80)], names=[], entry="e", space_text="",
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(80)], entry="e", space_text="",
                      pruned=list(range(80)), pruning=(list(range(80)), estimates, 80), params=params)
     infos = {0: info, 1: replace(info, pruning=(list(range(80)), {**estimates, 5: 0.5}, 80))}
     assert estimated_best(infos, list(range(80))) == [79, 78, 77, 76]  # the largest estimate over ranks: 5 is not

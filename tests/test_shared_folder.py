@@ -71,7 +71,7 @@ def test_a_cache_hit_never_puts_back_a_decision_cleared_or_tuned_again_after_it_
     cache, env = tune_alone(tmp_path, EDGES, FIRST="1")
     (path,) = (cache / "edges").glob("*.json")
     # its two configs do the same work: the tuning may choose either (the fresh-clone CI once chose v=9)
-    chosen = f"{{4: {{'v': {[1, 9][json.loads(path.read_text())['index']]}}}}}"
+    chosen = f"{{4: {{v: {[1, 9][json.loads(path.read_text())['index']]}}}}}"
     marks, server = _paused(tmp_path, "serve_paused.py", PAUSED_AFTER_READ, env)
     try:
         _wait_for(marks / "read", server, 120)  # the serving job has read the decision, and waits

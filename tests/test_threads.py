@@ -110,7 +110,7 @@ def test_a_tuning_beside_a_tuning_with_replicas_on_its_replicas_group_waits_its_
     # replicas' first, then its own group's, as a campaign does), so a tuning on the replicas group waits for it
     for r in run("replicas_beside_tuning", tmp_path):
         assert r["results"]["f"].get("ok") == 16 and r["results"]["g"].get("ok") == 16, r
-        assert r["decided"] == {"f": ["{'block': 16}"], "g": ["{'block': 16}"]}, r
+        assert r["decided"] == {"f": ["{block: 16}"], "g": ["{block: 16}"]}, r
 
 
 @pytest.mark.timeout(180)
@@ -153,7 +153,7 @@ def test_a_key_served_or_searched_on_one_group_beside_a_campaign_on_another_grou
     keys = [4, 8] if case.startswith("served") else [4, 6, 8]  # a served key is no decision
     for r in run(case, tmp_path):
         assert r["results"] == {"a": {"ok": 16}, "b": {"ok": [0]}}, r
-        assert r["decided"] == [f"{key}: {{'block': 16}}" for key in keys], r
+        assert r["decided"] == [f"{key}: {{block: 16}}" for key in keys], r
 
 
 @pytest.mark.timeout(120)

@@ -26,7 +26,14 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 
 
 def describe(value: Any) -> str:
-    """A stable text for a config value: equal on every rank and in every process for equal configs.
+    """The one text of a config (or of a value in one): its identity, equal on every rank and in every process for
+    equal configs, and what people read.
+
+    As identity it names a config on disk (a cache entry's ``config``, journal records) and in the ranks' agreement
+    on the space: changing it renames every cache entry. People read the same text everywhere a config is shown: the
+    console (cache hits, summaries, warnings, errors), the rank logs and tables, the command line (``show``,
+    ``list``) and the printed ``fn.tuner.space``, ``fn.tuner.decided`` and ``fn.best_configs``
+    (:class:`SpaceEntry`'s repr), so that a printed config is found as it is in the logs and the cache.
 
     ``triton.Config`` objects are described by their kwargs and launch options (not by ``id``), dicts by their
     sorted items, callables by their qualified name.
@@ -150,33 +157,15 @@ def index_of(space: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> i
 class SpaceEntry(dict):
     """One config of a space as the tuner keeps it (``tuner.space``, and the values of ``tuner.decided``,
     ``decided_in`` and ``best_configs``): a plain dict of keyword arguments, merged into each call as it is, whose
-    repr shows a ``triton.Config`` value by its fields (``{'gemm_config': Config(BLOCK_M: 64, num_warps: 4, ...)}``),
-    where Triton's own repr is ``<triton.runtime.autotuner.Config object at 0x...>``. Triton's ``Config`` has a
-    readable ``__str__`` but no ``__repr__`` (3.6 and 3.9 alike), and a dict shows its values' reprs; the values
-    themselves are the caller's objects, untouched, and Triton's class is never patched."""
+    repr is :func:`describe`'s text, the one the logs, the console and the cache show for it
+    (``{gemm_config: Config({BLOCK_M: 64, num_ctas: 1, num_stages: 3, num_warps: 4})}``), where a dict would show
+    a ``triton.Config`` value by Triton's repr, ``<triton.runtime.autotuner.Config object at 0x...>``. The values
+    are the caller's objects, untouched, and Triton's class is never patched."""
 
     __slots__ = ()
 
     def __repr__(self) -> str:
-        return readable(self)
-
-
-def readable(value: Any, depth: int = 0) -> str:
-    """``repr(value)``, with every ``triton.Config`` inside a dict, list or tuple written as ``Config(...)`` around
-    Triton's own ``str`` of it (its kwargs, then ``num_warps``, ``num_ctas``, ``num_stages``... as the installed
-    Triton names them), or by its kwargs and launch options where that ``str`` is the default one."""
-    if type(value).__name__ == "Config" and hasattr(value, "all_kwargs"):
-        if type(value).__str__ is not object.__str__:
-            return f"Config({value})"
-        return f"Config({', '.join(f'{k}: {v!r}' for k, v in value.all_kwargs().items())})"
-    if depth > 16:
-        return repr(value)
-    if isinstance(value, Mapping) and type(value).__repr__ in (dict.__repr__, SpaceEntry.__repr__):
-        return "{" + ", ".join(f"{readable(k, depth + 1)}: {readable(v, depth + 1)}" for k, v in value.items()) + "}"
-    if type(value) in (list, tuple):
-        inner = ", ".join(readable(v, depth + 1) for v in value)
-        return f"[{inner}]" if type(value) is list else f"({inner}{',' if len(value) == 1 else ''})"
-    return repr(value)
+        return describe(self)
 
 
 def validate_space(config_space: Any) -> list[dict[str, Any]]:

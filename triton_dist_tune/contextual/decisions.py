@@ -42,7 +42,7 @@ def record_decision(session: CallState, track: Track) -> None:
                      f"; {logs.LEAST_NOTE}" if track.runs and track.statistic == LEAST else "")
     if track.how in ("disk cache", "only config"):
         if track.how == "disk cache" and session.group.rank == 0 and logs.printing_enabled(None):
-            logs.print_cache_hit(track.name, track.key_text, session.group, track.names[track.best],
+            logs.print_cache_hit(track.name, track.key_text, session.group, track.descriptions[track.best],
                                  session.cache.path(track.entry))
         if local is not None:  # this job's (or process's) cut attempt's records only: another job's unlocked
             local.journal.remove(own=True)  # journal may be that job's between two attempts, resumed from next
@@ -128,6 +128,6 @@ def _print_summary(session: CallState, track: Track, written: Path | str) -> Non
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
-        track.runs, session.tuner.options.name, track.names[track.best],
+        track.runs, session.tuner.options.name, track.descriptions[track.best],
         logs.format_table(report.outcomes(track, session.group.rank), track.best, track.statistic), written,
         logs.logs_text())

@@ -57,7 +57,7 @@ class Track:
         self.kernel, self.key_text = kernel, key_text
         self.label = f"kernel={kernel} key={key_text}"
         first = infos[min(infos)]
-        self.name, self.descriptions, self.names = first.name, first.descriptions, first.names
+        self.name, self.descriptions = first.name, first.descriptions
         self.entry, self.space_text = first.entry, first.space_text
         self.n_warmup, self.n_repeat = n_warmup, n_repeat
         #: the configs to try, in config order: those every rank's pruning keeps

@@ -41,9 +41,8 @@ class TrackInfo:
 
     #: the kernel's name, for messages
     name: str
-    #: each config described (one line each), and as ``str(config)``
+    #: each config described (:func:`~triton_dist_tune.space.describe`, one line each)
     descriptions: list[str]
-    names: list[str]
     #: the cache entry of the (kernel, key), and the config space's text
     entry: str
     space_text: str
@@ -164,8 +163,7 @@ class LocalTrack:
         """What the group needs to know about it (sent once, in the run it was first met)."""
         at = self.autotuners[0]
         return TrackInfo(name=intercept.kernel_name(at), kernel=intercept.jit_id(at), keys=[str(k) for k in at.keys],
-                         descriptions=self.descriptions,
-                         names=[str(c) for c in at.configs], space_text=self.space_text, pruned=self.pruned,
+                         descriptions=self.descriptions, space_text=self.space_text, pruned=self.pruned,
                          pruning=self.pruning, entry=self.entry, params=config_params(at.configs),
                          search=settings.current().search or self.search)
 
