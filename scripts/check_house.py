@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("faults",),
     ("disk",),
     ("group",),
-    ("capture", "checks", "other_tuners", "settings", "space", "stats", "records", "errors", "_version"),
+    ("capture", "checks", "ported", "settings", "space", "stats", "records", "errors", "_version"),
 )
 
 

@@ -162,11 +162,11 @@ def test_a_config_pre_hook_check_says_nothing_where_the_code_cannot_be_read():
 
     import triton
 
-    from triton_dist_tune import checks
+    from triton_dist_tune import ported
 
     space = [{"config": triton.Config({"BLOCK": 64}, pre_hook=lambda nargs: None)}]
-    assert checks.config_hooks(space, functools.partial(print, end=""), "p") is None
-    assert checks.config_hooks(space, lambda x, *, config: x, "f") is not None
+    assert ported.config_hooks(space, functools.partial(print, end=""), "p") is None
+    assert ported.config_hooks(space, lambda x, *, config: x, "f") is not None
 
 
 def test_triton_key_names_given_as_key_fn_say_what_to_write():

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from . import checks, other_tuners, settings
+from . import checks, ported, settings
 from .capture import capturing, eagerly, tuning_in_capture
 from .contextual.stock_watch import watch_decided_calls, watching
 from .errors import BadInputError
@@ -81,7 +81,7 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
     parameter other configs set.
     """
     # ``configs=``, ``key=`` (triton.autotune's), TileLang's and Helion's names: each says what to write instead
-    checks.no_unknown_options(unknown, _OPTIONS, "autotune", other_tuners=other_tuners.hint)
+    ported.no_unknown_options(unknown, _OPTIONS, "autotune", other_tuners=ported.hint)
     if config_space is None:
         raise BadInputError("autotune needs a config_space: autotune(config_space, key_fn=...) (a list of dicts of "
                             "keyword arguments, one merged into each call)")
@@ -102,12 +102,12 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
         undecided=undecided, distance=distance, search=search)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        checks.not_a_kernel(fn, "autotune")
+        ported.not_a_kernel(fn, "autotune")
         checks.runs_inside(fn, "autotune")
         checks.readable_signature(fn, "autotune")  # a builtin without one (max): said here, not by inspect
         with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
             tuner = Tuner(fn, config_space, key_fn, prune_fn, options())
-            lost = checks.config_hooks(tuner.space, fn, tuner.name)
+            lost = ported.config_hooks(tuner.space, fn, tuner.name)
             if lost is not None:  # a triton.Config's pre_hook no launch would run: said at the decorator's line
                 warnings.warn(lost, UserWarning, stacklevel=2)
             return _hot_path(tuner, fn, key_fn)
@@ -131,7 +131,7 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
         result = _slow_path(tuner, key_fn, args, kwargs)
         if not said and callable(result):  # a kernel builder tuned on its build time (TileLang's habit)
-            builder = checks.returned_builder(fn, result)
+            builder = ported.returned_builder(fn, result)
             if builder is not None:
                 said.append(True)
                 warnings.warn(builder, UserWarning, stacklevel=3)  # at the caller's line

@@ -61,7 +61,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .. import checks, other_tuners, settings
+from .. import checks, ported, settings
 from ..capture import eagerly, is_compiling
 from ..group.mpi import is_communicator
 from .options import ContextualOptions
@@ -128,13 +128,13 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
     :class:`~triton_dist_tune.errors.BadInputError` when decorating, and so is an option the decorator does not
     have (naming the nearest one).
     """
-    checks.no_unknown_options(unknown, _OPTIONS, "contextual_autotune", checks.CONTEXTUAL_TRITON_NAMES,
-                              checks.CONTEXTUAL_ELSEWHERE, other_tuners.contextual_hint)
+    ported.no_unknown_options(unknown, _OPTIONS, "contextual_autotune", ported.CONTEXTUAL_TRITON_NAMES,
+                              ported.CONTEXTUAL_ELSEWHERE, ported.contextual_hint)
     if callable(is_dist) and not _is_group(is_dist):
         return contextual_autotune()(is_dist)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        checks.not_a_kernel(fn, "contextual_autotune")
+        ported.not_a_kernel(fn, "contextual_autotune")
         checks.runs_inside(fn, "contextual_autotune")
         with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
             options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import checks
+from .. import checks, ported
 from ..errors import BadInputError
 from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
@@ -146,9 +146,9 @@ class TuneOptions:
     def for_function(self, fn: Callable[..., Any], tuned: frozenset[str] = frozenset()) -> TuneOptions:
         """These options, with ``restore_value`` and ``reset_to_zero`` checked to name parameters of ``fn`` that are
         no config's (``tuned``: a config's value is no argument to restore) (and made tuples); a hook written for
-        ``triton.autotune`` (``reset_only``, ``exception``) is refused (``checks.hook_signature``)."""
-        checks.hook_signature(self.pre_hook, "pre_hook", fn, tuned)
-        checks.hook_signature(self.post_hook, "post_hook", fn, tuned)
+        ``triton.autotune`` (``reset_only``, ``exception``) is refused (``ported.hook_signature``)."""
+        ported.hook_signature(self.pre_hook, "pre_hook", fn, tuned)
+        ported.hook_signature(self.post_hook, "post_hook", fn, tuned)
         return replace(self, restore_value=check_names(fn, self.restore_value, "restore_value", tuned),
                        reset_to_zero=check_names(fn, self.reset_to_zero, "reset_to_zero", tuned))
 
