@@ -236,6 +236,63 @@ def test_the_variables_the_warning_knows_are_the_documented_ones():
     assert {settings.PREFIX + name for name in settings.KNOWN_VARIABLES} == documented
 
 
+def _unknown_said(calls: int = 1) -> list[str]:
+    """The RuntimeWarnings of ``calls`` calls of ``settings.current()`` in this process."""
+    import warnings
+
+    from triton_dist_tune import settings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(calls):
+            settings.current()
+    return [str(w.message) for w in caught if w.category is RuntimeWarning and "reads no variable" in str(w.message)]
+
+
+def test_an_unread_variable_set_after_the_first_scan_is_still_said_once(monkeypatch):
+    """``settings.current()`` scans the environment for unread variables of the prefix only where its names changed
+    since its last scan (before, it scanned at every call). A variable set later in the process, or one set where
+    another was removed (as many names as before), is still said, once. (This passed before the change too, which
+    scanned at every call: it pins the behaviour the cheaper scan keeps.)"""
+    import uuid
+
+    from triton_dist_tune import settings
+
+    tag = uuid.uuid4().hex[:8].upper()  # names no earlier test in this process set (each is said once a process)
+    _unknown_said()  # the first scan, of the environment as it is
+    monkeypatch.setenv(f"{settings.PREFIX}LATE_{tag}", "1")
+    late = _unknown_said(3)
+    assert len(late) == 1 and f"{settings.PREFIX}LATE_{tag} (set to '1')" in late[0], late
+    monkeypatch.setenv(f"TDT_SCAN_TEST_{tag}", "x")  # a name of no concern, then swapped for an unread one
+    assert _unknown_said() == []
+    monkeypatch.delenv(f"TDT_SCAN_TEST_{tag}")
+    monkeypatch.setenv(f"{settings.PREFIX}SWAPPED_{tag}", "2")
+    swapped = _unknown_said(3)
+    assert len(swapped) == 1 and f"{settings.PREFIX}SWAPPED_{tag} (set to '2')" in swapped[0], swapped
+    monkeypatch.setenv(f"{settings.PREFIX}LATE_{tag}", "3")  # a new value of a name said already: said no more
+    assert _unknown_said() == []
+
+
+def test_current_scans_the_environment_again_only_where_its_names_changed(monkeypatch):
+    """Before, every ``settings.current()`` (the tuner calls it on every call of a tuned function) scanned the whole
+    environment for unread variables, about 8 us of its time: 200 calls were 200 scans. Now an unchanged
+    environment is not scanned again; a name set, of any prefix, is scanned at the next call. (Counted through
+    the module's own ``say_unknown``, which still runs.)"""
+    from triton_dist_tune import settings
+
+    scans = []
+    real = settings.say_unknown
+    monkeypatch.setattr(settings, "say_unknown", lambda env: (scans.append(1), real(env)))
+    _unknown_said(200)
+    assert len(scans) <= 1, len(scans)  # the first call scans where another test changed the environment since
+    import uuid
+
+    monkeypatch.setenv(f"TDT_SCAN_COUNT_{uuid.uuid4().hex[:8].upper()}", "0")  # a new name, of no concern
+    scans.clear()
+    _unknown_said(200)
+    assert len(scans) == 1, len(scans)
+
+
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(200)
 def test_a_kernel_builder_tuned_as_tilelang_tunes_one_is_said_once_at_the_callers_line(tmp_path):

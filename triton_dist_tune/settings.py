@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .errors import BadInputError, triton_flag
 
@@ -271,8 +271,10 @@ _OVERLOOKING: ContextVar[bool] = ContextVar("triton_dist_tune_overlooking", defa
 
 def current() -> Settings:
     """The settings as the environment says now (raises BadInputError for a malformed value, except inside
-    :func:`overlooking`); a variable of the tuner's prefix that it does not read is warned of (:func:`say_unknown`)."""
-    say_unknown(os.environ)
+    :func:`overlooking`); a variable of the tuner's prefix that it does not read is warned of (:func:`say_unknown`,
+    scanning the environment only where its names changed since the last scan: :func:`_names_changed`)."""
+    if _names_changed():
+        say_unknown(os.environ)
     return Settings.from_env(lenient=_OVERLOOKING.get())
 
 
@@ -292,6 +294,24 @@ OTHER_VARIABLES = {
 }
 #: the unknown variables :func:`say_unknown` warned of in this process
 _SAID_UNKNOWN: set[str] = set()
+#: the names ``os.environ`` held (as it keeps them: bytes on POSIX) when :func:`current` last scanned it
+_SCANNED: list[frozenset[Any]] = [frozenset()]
+
+
+def _names_changed() -> bool:
+    """Whether ``os.environ``'s names differ from those of :func:`current`'s last scan, which this then takes as
+    scanned. Only names matter (a known one is never warned of, an unknown one once whatever its value), and a
+    compare of ``os.environ``'s own dict's keys with the last set of them runs in C, where iterating ``os.environ``
+    decodes every name in Python: a scan at every call cost about 8 us of ``current()``'s, which the tuner calls
+    on every call of a tuned function. Names set later (or one removed and another added) are scanned at the next
+    call. True, every call, where ``os.environ`` keeps no such dict (CPython's ``os._Environ`` keeps ``_data``)."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):
+        return True
+    if data.keys() == _SCANNED[0]:
+        return False
+    _SCANNED[0] = frozenset(data)  # before the scan: a name set during it differs from these at the next call
+    return True
 
 
 def say_unknown(env: Mapping[str, str]) -> None:
