@@ -135,8 +135,30 @@ def _processes(env: Mapping[str, str]) -> int | None:
 
 
 def default_cache_dir() -> Path:
-    """``~/.triton_dist/autotune`` of the home folder as ``HOME`` names it now (read at each use, not at import)."""
-    return Path.home() / ".triton_dist" / "autotune"
+    """``~/.triton_dist/autotune`` of the home folder as ``HOME`` names it now (read at each use, not at import).
+    Raises BadInputError, naming the variable to set, where this process has no home folder: ``HOME`` unset and its
+    user id not in the password database (a container run as an arbitrary user), where ``Path.home()`` raises."""
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError, OSError):
+        raise BadInputError(f"{PREFIX}CACHE_DIR is unset and its default, ~/.triton_dist/autotune, names no folder: "
+                            f"HOME is unset and user id {os.getuid()} has no entry in the password database; set "
+                            f"{PREFIX}CACHE_DIR (or HOME)") from None
+    return home / ".triton_dist" / "autotune"
+
+
+#: the cache folder of a process with no home folder (:func:`default_cache_dir`) while it overlooks that (a rank
+#: carrying the error into its group's first exchange of a tuning, which raises it on every rank before any cache
+#: file is read or written): never created, nothing is found there
+NO_HOME = Path("/nonexistent/triton-dist-tune-no-home")
+
+
+def cache_folder(env: Mapping[str, str] | None = None) -> Path:
+    """The cache folder ``env`` (default ``os.environ``) names: ``..._CACHE_DIR``, else :func:`default_cache_dir`
+    (BadInputError where there is no home folder). Reads no other variable: the command line's folder does not
+    depend on a malformed timeout."""
+    value = (os.environ if env is None else env).get(PREFIX + "CACHE_DIR")
+    return Path(value) if value else default_cache_dir()
 
 
 @dataclass(frozen=True)
@@ -214,13 +236,12 @@ class Settings:
                     raise
                 return default
 
-        cache_dir = env.get(PREFIX + "CACHE_DIR")
         log_dir = env.get(PREFIX + "LOG_DIR")
         job = next((value for value in (env.get(PREFIX + "JOB_ID"), env.get("TORCHELASTIC_RUN_ID"), _slurm_job(env))
                     if value and value.lower() != "none"), _STORE_JOB[0])  # torchrun's is "none" unless named
         return cls(
             timeout=parsed(lambda: _timeout(env), cls.timeout),
-            cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
+            cache_dir=parsed(lambda: cache_folder(env), NO_HOME),
             always_tune=flag(env.get(PREFIX + "ALWAYS_TUNE")),
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),
             progress_s=parsed(lambda: _seconds(env, PREFIX + "PROGRESS_S", 30.0), cls.progress_s),

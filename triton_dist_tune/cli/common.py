@@ -10,10 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..disk import decisions as dec
-from ..disk.cache import cache_root
 from ..disk.files import not_regular
 from ..disk.versions import recorded_versions, versions
+from ..errors import BadInputError
 
 #: what a superseded decision is, said wherever one is named
 SUPERSEDED_NOTE = ("a newer decision of the same function and key was tuned for another config space or source: the "
@@ -101,7 +102,14 @@ def _check_age(text: str | None) -> None:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.cache_dir) if args.cache_dir else cache_root()
+    """``--cache-dir``, else the folder ``TRITON_DIST_AUTOTUNE_CACHE_DIR`` or the home folder names (no other
+    variable read: a malformed timeout does not stop ``list``); no home folder is one line, naming what to set."""
+    if args.cache_dir:
+        return Path(args.cache_dir)
+    try:
+        return settings.cache_folder()
+    except BadInputError as exc:
+        raise dec.CacheError(f"{exc}, or pass --cache-dir") from None
 
 
 def _now_versions(args: argparse.Namespace, display: bool = False) -> dict[str, str]:

@@ -135,7 +135,14 @@ class DiskCache:
     """The decisions of one tuned function, in ``<root>/<name>/<entry id>.json``."""
 
     def __init__(self, name: str, root: Path | None = None) -> None:
-        self.folder = (root or cache_root()) / name
+        self.name, self._root = name, root
+
+    @property
+    def folder(self) -> Path:
+        """``<root>/<name>``: the root given, else :func:`cache_root` as the environment names it now (at the
+        tuning, not at decoration: a decorator never reads the environment, so a process with no home folder can
+        still import the function; its tuning says so on every rank)."""
+        return (self._root or cache_root()) / self.name
 
     def path(self, entry: str) -> Path:
         """Where the decision ``entry`` lives."""
