@@ -25,6 +25,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         raise UsageError("--unfinished removes journals of tunings never finished, not decisions: --stale and "
                          "--superseded select decisions")
     entries, problems, _ = _selected(args)  # an unknown --function: a UsageError naming those list shows
+    cut: list[Path] = []  # temporary files of decision writes cut short (--all, --function F)
     # a decision's journals: those holding its records only (one that holds another's too is kept: below)
     journals, mixed = journals_to_clear([e.path for e in entries])
     doomed = [e.path for e in entries] + journals
@@ -37,18 +38,21 @@ def cmd_clear(args: argparse.Namespace) -> int:
         doomed = [p for p in doomed if p not in mixed]
     elif unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
+        folders |= {p.parent for p in root.glob("*/.*.json.*.tmp") if dec.inside(root, p)}  # (writes cut short)
         if args.function:  # its own folder, and a folder of its decisions only (not contextual/, which is shared)
             chosen = {e.path for e in entries}
             shared = {e.path.parent for e in dec.scan(root)[0] if e.path not in chosen}
             folders = {f for f in folders if f.name == args.function} | ({e.path.parent for e in entries} - shared)
         doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal"))
                    if not p.name.startswith(".") and dec.inside(root, p)]  # never through a link out of the folder
+        cut = [p for f in sorted(folders) for p in dec.cut_writes(f) if dec.inside(root, p)]
+        doomed += cut
     elif args.older_than:  # journals and corrupt files older than the age, by their modification time
         limit = time.time() - dec.parse_age(args.older_than)
         strays = [p.path for p in problems if p.path is not None] if not (args.stale or args.superseded) else []
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
-    doomed = sorted(p for p in set(doomed) if dec.tuner_named(p))  # never a file the tuner does not name so
+    doomed = sorted(p for p in set(doomed) if dec.tuner_named(p) or p in cut)  # never a file the tuner does not name
     mixed = {p: others for p, others in mixed.items() if p not in doomed}  # (--all, --unfinished: it goes)
     left = _not_files(doomed)
     doomed = [p for p in doomed if p not in left]
@@ -75,6 +79,9 @@ def cmd_clear(args: argparse.Namespace) -> int:
             print(f"kept {path}: it holds records of {_others_text(path, others)}")
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
+        if any(p in cut for p in gone):
+            print(f"{verb} {sum(p in cut for p in gone)} temporary file(s) of decision writes cut short (a process "
+                  f"killed while it wrote a decision, over {dec.CUT_WRITE_S:.0f} s ago; never read)")
     return 0
 
 

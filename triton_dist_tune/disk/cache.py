@@ -22,6 +22,7 @@ from typing import Any
 from .. import settings
 from ..group.codec import read_json
 from ..space import fingerprint
+from .entries import cut_writes
 from .files import read_regular, rewrite_json, write_json_atomic, write_json_new
 from .versions import remember, versions
 
@@ -157,8 +158,12 @@ class DiskCache:
         warn = (lambda *args: None) if quiet else log.warning
         try:  # checked to the limits of what is sent: rank 0 broadcasts what it serves
             data = read_json(read_regular(path))  # a FIFO named like the entry: refused, never waited on
-        except (FileNotFoundError, NotADirectoryError):  # no file (a file where a folder of its path should be:
-            return None  # no "unreadable cache file" of a file that is not there; the tuning's writes say what is)
+        except FileNotFoundError:
+            if not quiet:
+                _cut_short(self.folder, entry, path)
+            return None
+        except NotADirectoryError:  # a file where a folder of its path should be: no "unreadable cache file" of a
+            return None  # file that is not there; the tuning's writes say what is
         except Exception as exc:  # any problem: unreadable, not UTF-8, not JSON, nested too deep
             warn("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
                  type(exc).__name__, str(exc)[:200])
@@ -226,6 +231,20 @@ class DiskCache:
             raise OSError(exc.errno, f"{exc.strerror or exc} (writing {self.path(entry)})") from exc
         remember(self.folder.parent, data["versions"])  # for ``list`` and ``show``: they need not import torch
         return done
+
+
+def _cut_short(folder: Path, entry: str, path: Path) -> None:
+    """Say a write of ``entry``'s decision that was cut short (its temporary file left, never renamed into place: a
+    process killed mid-write, :func:`~.entries.cut_writes`), and remove that file (where the folder allows): the
+    decision is not there, so the group tunes the key again. Group rank 0 reads the cache alone: said once."""
+    for tmp in cut_writes(folder, entry):
+        try:
+            tmp.unlink()
+            what = "removed now"
+        except OSError as exc:
+            what = f"not removed: {exc.strerror or exc}"
+        log.warning("triton_dist_tune: no decision at %s: a write of it was cut short (a process killed while it "
+                    "wrote it left %s, never renamed into place; %s); tuning again", path, tmp.name, what)
 
 
 def _well_formed(data: Any) -> bool:

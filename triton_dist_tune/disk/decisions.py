@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .entries import CUT_WRITE_S as CUT_WRITE_S
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
 from .entries import ForeignFile as ForeignFile
 from .entries import LinkOut as LinkOut
+from .entries import cut_writes as cut_writes
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
