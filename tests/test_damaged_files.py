@@ -386,3 +386,20 @@ def test_list_counts_the_attempts_of_an_unfinished_tuning_whose_record_names_a_d
     for args in (["list"], ["show", "0123456789"]):
         status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
         assert status == 0 and "Traceback" not in err, (args, err)
+
+
+def test_show_by_name_of_a_damaged_file_says_why_it_is_no_decision(tmp_path, capsys):
+    """``show NAME``, NAME the name ``list`` would give the file (``f/<file>``, its stem, a prefix of it), where the
+    file is corrupt (a truncated JSON, an edit by hand): one line saying why (``corrupt cache file (not JSON ...)``,
+    ``malformed cache entry``), exit 2. Before, it said ``no decision called 'f/0123...'``, as if the file were not
+    there; only its full path was said to be corrupt. A name of no file is still ``no decision called``."""
+    path = write_entry(tmp_path)
+    path.write_text(path.read_text()[:40])
+    for name in ("f/0123456789abcdef0123", "0123456789abcdef0123.json", "01234567"):
+        status, _, err = cli(["show", name, "--cache-dir", str(tmp_path)], capsys)
+        assert status == 2 and f"{path}: corrupt cache file (not JSON" in err, (name, err)
+    path.write_text(json.dumps({"format": 2, "index": "0"}))
+    status, _, err = cli(["show", "0123", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 2 and f"{path}: malformed cache entry" in err, err
+    status, _, err = cli(["show", "fedc", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 2 and "no decision called 'fedc'" in err, err

@@ -177,11 +177,31 @@ def _named(args: argparse.Namespace, entries: list[dec.Entry] | None = None) -> 
         return dec.read_entry(path)
     try:
         return dec.find(entries if entries is not None else dec.scan(_root(args))[0], args.name)
+    except dec.AmbiguousName:
+        raise
     except dec.CacheError:
+        damaged = _damaged_named(args, args.name)
+        if damaged is not None:  # a file of that name that is no decision: why, not "no decision called"
+            raise damaged from None
         if path.suffix == ".json" and not path.exists():
             raise dec.CacheError(f"{args.name}: no such file (and no decision of that name in {_root(args)}; see "
                                  "the 'list' command for names)") from None
         raise
+
+
+def _damaged_named(args: argparse.Namespace, name: str) -> dec.CacheError | None:
+    """Why the one file of the cache folder that ``name`` names as :func:`~..disk.decisions.find` names a decision
+    (``<function>/<file>``, its file name, or a unique prefix of it) is no decision (corrupt, malformed, another
+    program's); None where no such file, or several, is named."""
+    try:
+        problems = dec.scan(_root(args))[1]
+    except dec.CacheError:
+        return None
+    named = [p for p in problems if p.path is not None and (
+        name in (p.path.name, p.path.stem, f"{p.path.parent.name}/{p.path.name}", f"{p.path.parent.name}/"
+                 f"{p.path.stem}") or p.path.stem.startswith(name) or f"{p.path.parent.name}/{p.path.name}"
+        .startswith(name))]
+    return named[0] if len(named) == 1 else None
 
 
 def _superseding(args: argparse.Namespace, entry: dec.Entry) -> dec.Entry | None:
