@@ -403,3 +403,28 @@ def test_show_by_name_of_a_damaged_file_says_why_it_is_no_decision(tmp_path, cap
     assert status == 2 and f"{path}: malformed cache entry" in err, err
     status, _, err = cli(["show", "fedc", "--cache-dir", str(tmp_path)], capsys)
     assert status == 2 and "no decision called 'fedc'" in err, err
+
+
+def test_a_cache_file_larger_than_any_decision_is_refused_unread(tmp_path, caplog, capsys):
+    """A cache file over ``MAX_ENTRY_BYTES`` (64 MiB; a decision is kilobytes): group rank 0 ignores it unread, with a
+    warning naming its size, and the group tunes again; ``list`` skips and names it, exit 1. Before, it was read and
+    parsed whole: a 300 MB one (a decision padded with a list of numbers) took rank 0 194 s and 12 GB while the other
+    ranks waited for its lookup, past their deadline; one padded with spaces, as here, was served."""
+    from triton_dist_tune.disk.cache import DiskCache
+    from triton_dist_tune.space import fingerprint
+
+    path = write_entry(tmp_path, space=fingerprint("s"))
+    assert DiskCache("f", tmp_path).load(path.stem, "s", quiet=True)["index"] == 0  # the control: served
+    with path.open("a") as f:
+        f.write(" " * ((64 << 20) + 1 - path.stat().st_size))
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert DiskCache("f", tmp_path).load(path.stem, "s") is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "more than a decision holds (a cache file is read up to 64 MiB)" in caplog.text and peak < 8 << 20, \
+        (caplog.text, peak)
+    status, _, err = cli(["list", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 1 and f"skipped {path}: cannot read (64.0 MiB, more than a decision holds" in err, err

@@ -138,7 +138,7 @@ def _standing(path: Path, item: bundles.Incoming) -> str | None:
     if not path.exists():
         return None
     try:
-        mine = json.loads(read_regular(path))  # a FIFO there: refused, never waited on
+        mine = json.loads(read_regular(path, dec.MAX_ENTRY_BYTES))  # a FIFO there: refused, never waited on
     except (OSError, ValueError, RecursionError):
         return DIFFERENT
     theirs = item.entry.raw

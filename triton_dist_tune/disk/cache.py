@@ -22,7 +22,7 @@ from typing import Any
 from .. import settings
 from ..group.codec import read_json
 from ..space import fingerprint
-from .entries import cut_writes
+from .entries import MAX_ENTRY_BYTES, cut_writes
 from .files import read_regular, rewrite_json, write_json_atomic, write_json_new
 from .versions import remember, versions
 
@@ -157,7 +157,7 @@ class DiskCache:
         path = self.path(entry)
         warn = (lambda *args: None) if quiet else log.warning
         try:  # checked to the limits of what is sent: rank 0 broadcasts what it serves
-            data = read_json(read_regular(path))  # a FIFO named like the entry: refused, never waited on
+            data = read_json(read_regular(path, MAX_ENTRY_BYTES))  # a FIFO named like the entry: refused at once
         except FileNotFoundError:
             if not quiet:
                 _cut_short(self.folder, entry, path)

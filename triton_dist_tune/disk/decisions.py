@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .entries import CUT_WRITE_S as CUT_WRITE_S
+from .entries import MAX_ENTRY_BYTES as MAX_ENTRY_BYTES
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
 from .entries import ForeignFile as ForeignFile

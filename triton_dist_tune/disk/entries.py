@@ -38,6 +38,9 @@ _TAIL = r"(?:\.[0-9a-f]{10})?\.rank[0-9]+(?:\.[0-9]+)?\.journal"
 _TUNER_NAME = re.compile(f"[0-9a-f]{{20}}(?:\\.json|{_TAIL})")
 
 
+#: the most bytes a cache file is read to (:func:`~.files.read_regular`): a decision is kilobytes, one of a large
+#: searched space a few megabytes; a file past it (garbage, an edit by hand) is refused unread, as a corrupt one is
+MAX_ENTRY_BYTES = 64 << 20
 #: a temporary file of a decision's atomic write (:func:`~.files.write_atomic`: ``.<entry>.json.<8 characters of
 #: mkstemp>.tmp``), renamed into place within milliseconds, or left by a process killed between the two
 _WRITE_TMP = re.compile(r"\.([0-9a-f]{20})\.json\.[a-z0-9_]{8}\.tmp")
@@ -332,7 +335,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
 def read_entry(path: Path) -> Entry:
     """The decision stored in ``path``; raises :class:`CacheError` for a missing, unreadable or corrupt file."""
     try:
-        data = read_json(read_regular(path))
+        data = read_json(read_regular(path, MAX_ENTRY_BYTES))
     except FileNotFoundError:
         raise CacheError(f"{path}: no such cache file") from None
     except OSError as exc:

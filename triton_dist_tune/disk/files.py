@@ -200,15 +200,24 @@ def not_regular(path: Path) -> str | None:
     return _KINDS.get(stat.S_IFMT(mode), "no regular file")
 
 
-def read_regular(path: Path) -> bytes:
+class TooLarge(OSError):
+    """A file larger than its reader takes (:func:`read_regular`'s ``limit``): refused before a byte of it is read."""
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes:
     """The bytes of the regular file ``path`` (links followed). Anything else raises ``OSError`` at once, never
     blocking: a FIFO or a device named like a cache file would hold its reader for ever (opened without waiting for
-    a writer, then refused by its type)."""
+    a writer, then refused by its type). ``limit``: a file of more bytes raises :class:`TooLarge` unread (a cache
+    file is a few kilobytes; one edited into gigabytes took minutes and tens of GB to read and parse)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
-        mode = os.fstat(fd).st_mode
+        held = os.fstat(fd)
+        mode = held.st_mode
         if not stat.S_ISREG(mode):
             raise OSError(f"{_KINDS.get(stat.S_IFMT(mode), 'no regular file')}, not a regular file")
+        if limit is not None and held.st_size > limit:
+            raise TooLarge(f"{held.st_size / (1 << 20):.1f} MiB, more than a decision holds (a cache file is read up "
+                           f"to {limit >> 20} MiB)")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..disk import logs
+from ..disk.entries import MAX_ENTRY_BYTES
 from ..disk.files import read_regular
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
@@ -259,7 +260,7 @@ def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, 
     try:
         if path.stat().st_mtime < _STARTED:
             return
-        data = json.loads(read_regular(path))  # a FIFO there: refused, never waited on
+        data = json.loads(read_regular(path, MAX_ENTRY_BYTES))  # a FIFO there: refused, never waited on
     except Exception:  # (RecursionError too) an unreadable file is the cache's to report; this is only a warning
         return
     if not isinstance(data, dict) or data.get("group") is None or data.get("index") is None:  # a damaged file: the
