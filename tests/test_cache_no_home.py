@@ -38,6 +38,23 @@ def test_ranks_without_a_home_folder_are_told_at_once_on_every_rank(tmp_path, ho
 
 
 @needs_root
+@pytest.mark.timeout(200)
+def test_a_contextual_tuning_on_ranks_without_a_home_folder_is_told_at_once_on_every_rank(tmp_path):
+    """The same for a ``contextual_autotune`` layer, rank 1 without a home folder: the call's journal exchange raises
+    the same ``BadInputError`` on both ranks at once. Before, rank 1 raised ``RuntimeError: Could not determine home
+    directory.`` alone and rank 0 waited for it to its deadline."""
+    env = {**tuner_env(tmp_path, T), "TRITON_DIST_AUTOTUNE_CACHE_DIR": "", "HOME": str(tmp_path / "home"),
+           "NO_HOME": "1"}
+    results = run_ranks(CASES, 2, ["contextual_without_home"], env=env, timeout=180)
+    said = {r["rank"]: r for result in results for r in result.results}
+    assert sorted(said) == [0, 1], describe(results)
+    for rank in (0, 1):
+        assert said[rank]["error"] == "BadInputError", describe(results)
+        assert "TRITON_DIST_AUTOTUNE_CACHE_DIR is unset" in said[rank]["message"], describe(results)
+        assert said[rank]["seconds"] < PROMPT_S, describe(results)
+
+
+@needs_root
 @pytest.mark.timeout(120)
 def test_the_command_line_without_a_home_folder_is_one_line_naming_what_to_set(tmp_path):
     """``triton-dist-tune list`` in a process with no home folder and no ``--cache-dir``: one line, exit status 2,

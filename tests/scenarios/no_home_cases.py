@@ -57,5 +57,25 @@ def tune_without_home():
          **said)
 
 
+@case
+def contextual_without_home():
+    """Env: NO_HOME, as above; a ``contextual_autotune`` layer of two Triton kernels (contextual_cases.py) called
+    once."""
+    from contextual_cases import add_reduce_scale, inputs
+
+    tdt.init_distributed(backend="gloo")
+    me = dist.get_rank()
+    if str(me) in os.environ["NO_HOME"].split(","):
+        lose_home()
+    layer = add_reduce_scale(n_warmup=1, n_repeat=1)
+    t0 = time.monotonic()
+    try:
+        layer(*inputs())
+        said = {"error": None, "message": None}
+    except Exception as exc:  # noqa: BLE001 (what the test asserts on)
+        said = {"error": type(exc).__name__, "message": str(exc)[:600]}
+    emit(rank=me, seconds=round(time.monotonic() - t0, 2), **said)
+
+
 if __name__ == "__main__":
     main()
