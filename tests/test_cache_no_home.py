@@ -18,40 +18,26 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing the real use
 
 @needs_root
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("homeless", ["1", "0,1"])
-def test_ranks_without_a_home_folder_are_told_at_once_on_every_rank(tmp_path, homeless):
+@pytest.mark.parametrize(("case", "homeless"), [("tune_without_home", "1"), ("tune_without_home", "0,1"),
+                                                ("contextual_without_home", "1")])
+def test_ranks_without_a_home_folder_are_told_at_once_on_every_rank(tmp_path, case, homeless):
     """The ranks in ``homeless`` have no home folder. Every rank raises the same ``BadInputError`` at the first
-    exchange, at once, naming the variable to set. Before, a rank without one raised ``RuntimeError: Could not
-    determine home directory.`` alone (from reading its settings) while the others waited for it at the first
-    exchange to their deadline (``GroupTimeoutError`` after T); and where the function was decorated in such a
-    process, the decoration itself raised it."""
+    exchange, at once, naming the variable to set: in an ``autotune`` tuning, and in a ``contextual_autotune`` layer
+    (at its call's journal exchange). Before, a rank without one raised ``RuntimeError: Could not determine home
+    directory.`` alone (from reading its settings) while the others waited for it at the first exchange to their
+    deadline (``GroupTimeoutError`` after T); and where the function was decorated in such a process, the
+    decoration itself raised it."""
     env = {**tuner_env(tmp_path, T), "TRITON_DIST_AUTOTUNE_CACHE_DIR": "", "HOME": str(tmp_path / "home"),
            "NO_HOME": homeless}
-    results = run_ranks(CASES, 2, ["tune_without_home"], env=env, timeout=180)
+    results = run_ranks(CASES, 2, [case], env=env, timeout=180)
     said = {r["rank"]: r for result in results for r in result.results}
     assert sorted(said) == [0, 1], describe(results)
     for rank in (0, 1):
         assert said[rank]["error"] == "BadInputError", describe(results)
         assert "TRITON_DIST_AUTOTUNE_CACHE_DIR is unset" in said[rank]["message"], describe(results)
         assert said[rank]["seconds"] < PROMPT_S, describe(results)
-    assert not (tmp_path / "home").exists(), "nothing is tuned, nor written into rank 0's home folder"
-
-
-@needs_root
-@pytest.mark.timeout(200)
-def test_a_contextual_tuning_on_ranks_without_a_home_folder_is_told_at_once_on_every_rank(tmp_path):
-    """The same for a ``contextual_autotune`` layer, rank 1 without a home folder: the call's journal exchange raises
-    the same ``BadInputError`` on both ranks at once. Before, rank 1 raised ``RuntimeError: Could not determine home
-    directory.`` alone and rank 0 waited for it to its deadline."""
-    env = {**tuner_env(tmp_path, T), "TRITON_DIST_AUTOTUNE_CACHE_DIR": "", "HOME": str(tmp_path / "home"),
-           "NO_HOME": "1"}
-    results = run_ranks(CASES, 2, ["contextual_without_home"], env=env, timeout=180)
-    said = {r["rank"]: r for result in results for r in result.results}
-    assert sorted(said) == [0, 1], describe(results)
-    for rank in (0, 1):
-        assert said[rank]["error"] == "BadInputError", describe(results)
-        assert "TRITON_DIST_AUTOTUNE_CACHE_DIR is unset" in said[rank]["message"], describe(results)
-        assert said[rank]["seconds"] < PROMPT_S, describe(results)
+    if case == "tune_without_home":
+        assert not (tmp_path / "home").exists(), "nothing is tuned, nor written into rank 0's home folder"
 
 
 @needs_root

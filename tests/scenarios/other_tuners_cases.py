@@ -223,6 +223,16 @@ def axpy_into_kernel(x_ptr, y_ptr, alpha, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(y_ptr + offs) + alpha * tl.load(x_ptr + offs))
 
 
+def axpy_into(x, y, alpha, *, BLOCK):
+    """``y += alpha * x`` in place, its grid ``n // BLOCK`` (no program where ``BLOCK > n``); returns nothing."""
+    axpy_into_kernel[(x.numel() // BLOCK,)](x, y, alpha, BLOCK=BLOCK)
+
+
+def axpy_reference(x, y, alpha):
+    """:func:`axpy_into`'s reference, writing ``y`` as it does."""
+    y.add_(alpha * x)
+
+
 @case
 def unwritten_output():
     """An in-place kernel that returns nothing, its output ``y`` undeclared, checked against a ``ref_prog`` that
@@ -231,14 +241,8 @@ def unwritten_output():
     had it. It must fail its check on every rank, not be chosen."""
     tdt.init_distributed()
 
-    def axpy_into(x, y, alpha, *, BLOCK):
-        axpy_into_kernel[(x.numel() // BLOCK,)](x, y, alpha, BLOCK=BLOCK)
-
-    def reference_into(x, y, alpha):
-        y.add_(alpha * x)
-
     tuned = tdt.autotune([{"BLOCK": block} for block in (64, 128, 256, 512)], key_fn=lambda x, y, alpha: x.numel(),
-                         ref_prog=reference_into, n_repeat=2)(axpy_into)
+                         ref_prog=axpy_reference, n_repeat=2)(axpy_into)
     x, y = torch.ones(256), torch.arange(256, dtype=torch.float32)
     tuned(x, y, 2.0)
     decision = tuned.tuner.decisions[next(iter(tuned.tuner.decisions))]
@@ -257,14 +261,8 @@ def unwritten_first():
     alone = not dist.is_initialized() or dist.get_world_size() == 1
     rank = 0 if alone else dist.get_rank()
 
-    def axpy_into(x, y, alpha, *, BLOCK):
-        axpy_into_kernel[(x.numel() // BLOCK,)](x, y, alpha, BLOCK=BLOCK)
-
-    def reference_into(x, y, alpha):
-        y.add_(alpha * x)
-
     tuned = tdt.autotune([{"BLOCK": block} for block in (512, 64, 128, 256)], key_fn=lambda x, y, alpha: x.numel(),
-                         ref_prog=reference_into, n_repeat=2)(axpy_into)
+                         ref_prog=axpy_reference, n_repeat=2)(axpy_into)
     x = torch.ones(256) if alone or rank == 1 else torch.zeros(256)
     y = torch.arange(256, dtype=torch.float32)
     tuned(x, y, 2.0)
