@@ -39,6 +39,7 @@ from .common import (
     key_order,
     superseded_text,
 )
+from .options import LeadingOption, add_leading, leading_options, merge_leading
 
 # -- list / show -----------------------------------------------------------------------------------------------
 
@@ -319,8 +320,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 # -- parsing ---------------------------------------------------------------------------------------------------
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser of ``triton-dist-tune``."""
+def parser(leading: tuple[LeadingOption, ...] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``triton-dist-tune``; ``leading``: the options it takes before the command as well
+    (:func:`~.options.leading_options`, each told here which commands take it)."""
+    leading = leading_options() if leading is None else leading
     cache = argparse.ArgumentParser(add_help=False)
     cache.add_argument("--cache-dir", help="the cache folder (default: TRITON_DIST_AUTOTUNE_CACHE_DIR or "
                        "~/.triton_dist/autotune)")
@@ -328,6 +331,7 @@ def parser() -> argparse.ArgumentParser:
     as_json.add_argument("--json", action="store_true", help="print JSON for scripts")
     main = argparse.ArgumentParser(prog="triton-dist-tune", description="See and manage what triton_dist_tune "
                                    "decided: the disk cache of decisions, its journals, and the per-rank logs.")
+    add_leading(main, leading)
     sub = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", parents=[cache, as_json], help="list the decisions")
@@ -383,12 +387,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, help="only this rank's records")
     p.set_defaults(run=runs.cmd_logs)
     campaign.add_parser(sub)
+    for option in leading:  # the commands that take each option, as their parsers have it
+        option.commands.update(name for name, command in sub.choices.items() if _takes(command, option))
+        option.otherwise.update(name for name, command in sub.choices.items() if name not in option.commands
+                                and option.flag in command._option_string_actions)
     return main
+
+
+def _takes(command: argparse.ArgumentParser, option: LeadingOption) -> bool:
+    """Whether ``command`` takes ``option`` as it means before the command: a switch as a switch (``list --json``,
+    not ``campaign --json FILE``), an option with a value as one."""
+    return any(option.flag in a.option_strings and (a.nargs == 0) == option.flag_only for a in command._actions)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = parser().parse_args(argv)
+    leading = leading_options()
+    commands = parser(leading)
+    args = merge_leading(commands, commands.parse_args(argv), leading)
     try:
         _check_age(getattr(args, "older_than", None))
         return args.run(args)
