@@ -5,10 +5,11 @@ signal, real files and the real command line."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
-from harness import HERE, base_env, describe, run_cli, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_cli, run_python, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "cut_write_cases.py"
 T = 30
@@ -65,3 +66,56 @@ def test_clear_removes_the_temporary_files_of_writes_cut_short_and_leaves_those_
     assert f"removed {cut}" in done.stdout and "removed 1 temporary file(s) of decision writes cut short" in \
         done.stdout, done.stdout
     assert not cut.parent.exists() and fresh.exists() and other.exists(), done.stdout
+
+
+#: one process that stores a decision into the cache folder ``sys.argv[1]`` (``DiskCache.store``, as a tuning does),
+#: SIGKILLed, by a real signal to itself, as it renames the folder's versions record's temporary file into place
+#: where ``sys.argv[2]`` is ``kill``
+STORE = """
+import os, signal, sys, time
+from pathlib import Path
+from triton_dist_tune.disk.cache import DiskCache
+if sys.argv[2] == "kill":
+    rename = os.replace
+    def killed_at_rename(src, dst, *args, **kwargs):
+        if os.path.basename(str(dst)).startswith(".versions-"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return rename(src, dst, *args, **kwargs)
+    os.replace = killed_at_rename
+decision = {"function": "f", "key": sys.argv[3], "index": 0, "config": "{v: 0}", "time_ms": 1.0, "group_size": 2,
+            "created": time.time(), "measurements": []}
+print(DiskCache("f", Path(sys.argv[1])).store(sys.argv[3].strip("()").rjust(20, "0"), decision, "space"))
+"""
+
+
+def test_a_versions_record_write_cut_short_is_named_by_list_and_removed_by_clear_all_and_the_next_write(tmp_path):
+    """A process SIGKILLed between the cache folder's versions record's temporary file (``..versions-<hex>.
+    XXXXXXXX.tmp``, written beside the functions' folders after each decision) and its rename. Before, that file
+    stayed for ever: ``list`` named it nowhere, ``clear --all`` left it, and later writes of the record left it.
+    Now, once over a minute old, ``list`` names it, ``clear --all`` removes it (and says so, the cache folder kept),
+    and so does the next decision's write (its record written too)."""
+    cache = tmp_path / "cache"
+    killed = run_python(["-c", STORE, cache, "kill", "(4)"], base_env({}), timeout=120)
+    assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
+    left = sorted(cache.glob("..versions-*.tmp"))
+    assert len(left) == 1 and not list(cache.glob(".versions-*")) and len(list(cache.glob("f/*.json"))) == 1, \
+        sorted(p.name for p in cache.rglob("*"))
+    age(left[0], 120)
+
+    listed = run_cli(["list", "--cache-dir", cache], base_env({}), cwd=tmp_path)
+    assert listed.returncode == 0 and "1 decision(s)" in listed.stdout, (listed.stdout, listed.stderr)
+    assert "1 temporary file(s) of versions-record writes cut short" in listed.stderr, listed.stderr
+    assert str(left[0]) in listed.stderr, listed.stderr
+
+    copy = tmp_path / "copy"
+    shutil.copytree(cache, copy)
+    (copy / "f" / next(cache.glob("f/*.json")).name).unlink()
+    cleared = run_cli(["clear", "--all", "--cache-dir", copy], base_env({}), cwd=tmp_path)
+    assert cleared.returncode == 0, cleared.stderr
+    assert f"removed {copy / left[0].name}" in cleared.stdout, cleared.stdout
+    assert "removed 1 temporary file(s) of versions-record writes cut short" in cleared.stdout, cleared.stdout
+    assert copy.is_dir() and not list(copy.glob("..versions-*.tmp")), sorted(p.name for p in copy.rglob("*"))
+
+    again = run_python(["-c", STORE, cache, "store", "(8)"], base_env({}), timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not left[0].exists() and len(list(cache.glob(".versions-*"))) == 1, sorted(p.name for p in cache.iterdir())

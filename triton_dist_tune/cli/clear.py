@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..disk import decisions as dec
 from ..disk.files import not_regular
+from ..disk.versions import cut_records
 from ..faults.unfinished import decisions_tuned_again, journals_to_clear
 from .common import UsageError, _emit_json, _root, _selected, _warn_problems
 
@@ -26,6 +27,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
                          "--superseded select decisions")
     entries, problems, _ = _selected(args)  # an unknown --function: a UsageError naming those list shows
     cut: list[Path] = []  # temporary files of decision writes cut short (--all, --function F)
+    records: list[Path] = []  # those of the folder's versions record (--all)
     # a decision's journals: those holding its records only (one that holds another's too is kept: below)
     journals, mixed = journals_to_clear([e.path for e in entries])
     doomed = [e.path for e in entries] + journals
@@ -46,6 +48,9 @@ def cmd_clear(args: argparse.Namespace) -> int:
         doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal"))
                    if not p.name.startswith(".") and dec.inside(root, p)]  # never through a link out of the folder
         cut = [p for f in sorted(folders) for p in dec.cut_writes(f) if dec.inside(root, p)]
+        if not args.function:  # (and the folder's versions record's: no function's)
+            records = [p for p in cut_records(root) if dec.inside(root, p)]
+            cut += records
         doomed += cut
     elif args.older_than:  # journals and corrupt files older than the age, by their modification time
         limit = time.time() - dec.parse_age(args.older_than)
@@ -59,7 +64,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     for path, what in left.items():
         print(f"triton-dist-tune: left {path}: {what}, not a file (clear removes files only)", file=sys.stderr)
     _warn_problems([p for p in problems if p.path is None or p.path not in (*doomed, *left)])  # named, not removed
-    removal = dec.remove(doomed, dry_run=args.dry_run)
+    removal = dec.remove(doomed, dry_run=args.dry_run, keep=root)  # (the cache folder itself stays)
     gone = removal.gone
     if removal.failed:
         path, exc = removal.failed[0]
@@ -79,9 +84,13 @@ def cmd_clear(args: argparse.Namespace) -> int:
             print(f"kept {path}: it holds records of {_others_text(path, others)}")
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
-        if any(p in cut for p in gone):
-            print(f"{verb} {sum(p in cut for p in gone)} temporary file(s) of decision writes cut short (a process "
-                  f"killed while it wrote a decision, over {dec.CUT_WRITE_S:.0f} s ago; never read)")
+        if any(p in cut and p not in records for p in gone):
+            print(f"{verb} {sum(p in cut and p not in records for p in gone)} temporary file(s) of decision writes cut "
+                  f"short (a process killed while it wrote a decision, over {dec.CUT_WRITE_S:.0f} s ago; never read)")
+        if any(p in records for p in gone):
+            print(f"{verb} {sum(p in records for p in gone)} temporary file(s) of versions-record writes cut short (a "
+                  f"process killed while it wrote the folder's record of the installed versions, over "
+                  f"{dec.CUT_WRITE_S:.0f} s ago; never read)")
     return 0
 
 

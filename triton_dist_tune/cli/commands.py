@@ -37,6 +37,7 @@ from .common import (
     check_function,
     gpu_text,
     key_order,
+    say_cut_writes,
     superseded_text,
 )
 from .options import LeadingOption, add_leading, leading_options, merge_leading
@@ -76,17 +77,6 @@ def _fit(rows: list[list[str]], header: list[str], shrink: tuple[int, int], widt
     return widths
 
 
-def _say_cut_writes(root: Path, function: str | None) -> None:
-    """One line on stderr for the temporary files of decision writes cut short (:func:`~..disk.entries.cut_writes`)
-    of the folder (of ``function``'s folder only, where given): never read, and removed by ``clear``."""
-    cut = [p for p in sorted(root.glob("*/.*.json.*.tmp")) if function in (None, p.parent.name)
-           and dec.inside(root, p) and p in dec.cut_writes(p.parent)]
-    if cut:
-        print(f"triton-dist-tune: {len(cut)} temporary file(s) of decision writes cut short (a process killed while "
-              f"it wrote a decision, such as {cut[0]}): never read; 'clear --all' or 'clear --function F' removes "
-              "them", file=sys.stderr)
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     """``list``: one line per decision, grouped by function (and kernel), keys in numeric order, within
     :data:`LIST_WIDTH` columns (``show`` has every field whole)."""
@@ -99,7 +89,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     "unfinished": [journals.to_json(t) for t in cut_short], "problems": [str(p) for p in problems]})
         return 1 if problems else 0
     status = _warn_problems(problems)
-    _say_cut_writes(_root(args), args.function)
+    say_cut_writes(_root(args), args.function)
     if not entries:
         print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or filtered else ""))
         for text in journals.list_lines(cut_short, LIST_WIDTH):

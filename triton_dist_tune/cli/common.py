@@ -13,7 +13,7 @@ from typing import Any
 from .. import settings
 from ..disk import decisions as dec
 from ..disk.files import not_regular
-from ..disk.versions import recorded_versions, versions
+from ..disk.versions import cut_records, recorded_versions, versions
 from ..errors import BadInputError
 
 #: what a superseded decision is, said wherever one is named
@@ -89,6 +89,23 @@ def _say_foreign(foreign: Sequence[dec.ForeignFile]) -> None:
              "writes such files into the default cache folder, which it shares with this library)")
     print(f"triton-dist-tune: skipped {len(foreign)} file(s) that are not this library's (JSON without its "
           f"'format' field: {whose}), such as {foreign[0].path}; clear leaves them", file=sys.stderr)
+
+
+def say_cut_writes(root: Path, function: str | None) -> None:
+    """One line on stderr for the temporary files of decision writes cut short (:func:`~..disk.entries.cut_writes`)
+    of the folder (of ``function``'s folder only, where given), and, without ``function``, one for those of the
+    folder's versions record (:func:`~..disk.versions.cut_records`): never read, and removed by ``clear``."""
+    cut = [p for p in sorted(root.glob("*/.*.json.*.tmp")) if function in (None, p.parent.name)
+           and dec.inside(root, p) and p in dec.cut_writes(p.parent)]
+    if cut:
+        print(f"triton-dist-tune: {len(cut)} temporary file(s) of decision writes cut short (a process killed while "
+              f"it wrote a decision, such as {cut[0]}): never read; 'clear --all' or 'clear --function F' removes "
+              "them", file=sys.stderr)
+    records = [p for p in cut_records(root) if dec.inside(root, p)] if function is None else []
+    if records:
+        print(f"triton-dist-tune: {len(records)} temporary file(s) of versions-record writes cut short (a process "
+              f"killed while it wrote the folder's record of the installed versions, such as {records[0]}): never "
+              "read; 'clear --all' or the next decision written removes them", file=sys.stderr)
 
 
 def _check_age(text: str | None) -> None:

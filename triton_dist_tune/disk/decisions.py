@@ -144,8 +144,9 @@ class Removal:
     kept: list[Path] = field(default_factory=list)
 
 
-def remove(paths: list[Path], dry_run: bool = False) -> Removal:
-    """Delete ``paths`` (already gone is fine); a file that cannot be deleted (a read-only folder) is kept in
+def remove(paths: list[Path], dry_run: bool = False, keep: Path | None = None) -> Removal:
+    """Delete ``paths`` (already gone is fine), then each folder that held one and is empty now but ``keep`` (the
+    cache folder); a file that cannot be deleted (a read-only folder) is kept in
     ``failed`` and the others are still deleted. A journal is deleted only under its lock (the exclusive ``flock``
     a tuning holds while it runs: :mod:`~triton_dist_tune.faults.journal`): one a tuning in flight holds is kept
     (``kept``). ``dry_run``: deletes nothing, says what it would."""
@@ -160,7 +161,7 @@ def remove(paths: list[Path], dry_run: bool = False) -> Removal:
             pass
         except OSError as exc:
             failed.append((path, exc))
-    for folder in sorted({p.parent for p in gone} if not dry_run else ()):
+    for folder in sorted({p.parent for p in gone} - {keep} if not dry_run else ()):
         try:
             folder.rmdir()  # only when empty
         except OSError:

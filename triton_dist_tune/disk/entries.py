@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any
 
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
 from ..records import MEDIAN, Outcome, TimeBreakdown, a_date, finite_number, recorded_statistic
 from ..stats import near_tie
-from .files import read_regular
+from .files import CUT_WRITE_S as CUT_WRITE_S
+from .files import left_behind, read_regular
 from .versions import versions as current_versions
 
 
@@ -44,31 +43,14 @@ MAX_ENTRY_BYTES = 64 << 20
 #: a temporary file of a decision's atomic write (:func:`~.files.write_atomic`: ``.<entry>.json.<8 characters of
 #: mkstemp>.tmp``), renamed into place within milliseconds, or left by a process killed between the two
 _WRITE_TMP = re.compile(r"\.([0-9a-f]{20})\.json\.[a-z0-9_]{8}\.tmp")
-#: seconds after which such a file is a write cut short, never one in flight (a write takes milliseconds, and waits
-#: for the lock of the file it replaces :data:`~.files.LOCK_WAIT_S` at most)
-CUT_WRITE_S = 60.0
 
 
 def cut_writes(folder: Path, entry: str | None = None) -> list[Path]:
     """The temporary files in ``folder`` of decision writes cut short (of ``entry``'s decision only, where given):
     named as the tuner's atomic write names them and older than :data:`CUT_WRITE_S`, sorted. Never read: the
     decision they would have held was not written (its process was killed, or its machine went down, mid-write)."""
-    limit = time.time() - CUT_WRITE_S
-    found = []
-    try:
-        names = sorted(p for p in folder.glob(f".{entry or '*'}.json.*.tmp"))
-    except OSError:
-        return []
-    for path in names:
-        match = _WRITE_TMP.fullmatch(path.name)
-        try:
-            held = path.lstat()
-            if match and (entry is None or match.group(1) == entry) and S_ISREG(held.st_mode) \
-                    and held.st_mtime < limit:
-                found.append(path)
-        except OSError:  # (renamed or removed meanwhile)
-            pass
-    return found
+    return left_behind(folder, f".{entry or '*'}.json.*.tmp", _WRITE_TMP,
+                       lambda match: entry is None or match.group(1) == entry)
 
 
 def tuner_named(path: Path) -> bool:

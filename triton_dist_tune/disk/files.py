@@ -12,6 +12,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -21,6 +22,9 @@ from typing import Any
 
 #: the longest a writer waits for another's lock of the file it replaces (held for a rename only) before it goes on
 LOCK_WAIT_S = 5.0
+#: seconds after which a temporary file of an atomic write (:func:`write_atomic`) is one cut short, never one in
+#: flight: a write takes milliseconds, and waits for the lock of the file it replaces :data:`LOCK_WAIT_S` at most
+CUT_WRITE_S = 60.0
 
 
 def new_file_mode() -> int:
@@ -224,3 +228,25 @@ def read_regular(path: Path, limit: int | None = None) -> bytes:
     finally:
         os.close(fd)
 
+
+
+def left_behind(folder: Path, pattern: str, name: re.Pattern[str],
+                keep: Callable[[re.Match[str]], bool] = lambda match: True) -> list[Path]:
+    """The regular files of ``folder`` that ``pattern`` (a glob) finds, whose name ``name`` matches whole (and whose
+    match ``keep`` accepts), last modified over :data:`CUT_WRITE_S` ago, sorted: the temporary files of atomic writes
+    cut short (a writer killed between its temporary file and the rename), never one in flight."""
+    limit = time.time() - CUT_WRITE_S
+    found = []
+    try:
+        paths = sorted(folder.glob(pattern))
+    except OSError:
+        return []
+    for path in paths:
+        match = name.fullmatch(path.name)
+        try:
+            held = path.lstat()
+            if match and keep(match) and stat.S_ISREG(held.st_mode) and held.st_mtime < limit:
+                found.append(path)
+        except OSError:  # (renamed or removed meanwhile)
+            pass
+    return found

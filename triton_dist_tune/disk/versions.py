@@ -24,13 +24,14 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..group.codec import read_json
-from .files import write_json_atomic
+from .files import left_behind, write_json_atomic
 
 #: the record's format; another format is not read
 RECORD_FORMAT = 1
@@ -98,6 +99,18 @@ def installed(packages: tuple[str, ...] = PACKAGES) -> str:
     return "\n".join(lines)
 
 
+#: a temporary file of a record's atomic write (:func:`~.files.write_atomic`: ``..versions-<16 hex digits>.<8
+#: characters of mkstemp>.tmp``), renamed into place within milliseconds, or left by a process killed between the two
+_RECORD_TMP = re.compile(r"\.\.versions-[0-9a-f]{16}\.[a-z0-9_]{8}\.tmp")
+
+
+def cut_records(root: Path) -> list[Path]:
+    """The temporary files of record writes cut short in the cache folder ``root`` (a process killed between the
+    temporary file and its rename): named as :func:`remember`'s write names them and over
+    :data:`~.files.CUT_WRITE_S` old, sorted. Never read; :func:`remember` and ``clear --all`` remove them."""
+    return left_behind(root, "..versions-*.tmp", _RECORD_TMP)
+
+
 def record_path(root: Path, text: str) -> Path:
     """The record for the installed software ``text`` describes, in the cache folder ``root``: a dot file beside the
     functions' folders, JSON without the ``.json`` suffix, so that nothing that looks for decisions (``*.json``, the
@@ -119,14 +132,21 @@ def recorded_versions(root: Path) -> dict[str, str]:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items())):
         return found
     found = versions()
-    remember(root, found, text, replace=True)
+    remember(root, found, text, replace=True, tidy=False)  # (a display removes nothing: list names what is left)
     return found
 
 
-def remember(root: Path, found: dict[str, str], text: str | None = None, replace: bool = False) -> None:
+def remember(root: Path, found: dict[str, str], text: str | None = None, replace: bool = False,
+             tidy: bool = True) -> None:
     """Record ``found`` (:func:`versions`) in ``root`` for the installed software (``text``, else
-    :func:`installed`), where no such record is (``replace``: in place of one that could not be read); a folder
-    that cannot be written is left as it is."""
+    :func:`installed`), where no such record is (``replace``: in place of one that could not be read), and
+    (``tidy``: a decision's store, not a display's) remove the temporary files of record writes cut short
+    (:func:`cut_records`); a folder that cannot be written is left as it is."""
+    for left in cut_records(root) if tidy else ():
+        try:
+            left.unlink()
+        except OSError:
+            pass
     try:
         text = installed() if text is None else text
         path = record_path(root, text)
