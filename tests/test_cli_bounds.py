@@ -388,3 +388,31 @@ def test_vllm_export_names_a_block_quantized_file_as_vllm_looks_it_up(tmp_path):
     refused = cli("export", out, *args, "--block-shape", "128", "0", "--cache-dir", cache)
     assert refused.returncode == 2 and "--block-shape" in refused.stderr, refused
 
+
+
+# -- what removes unreadable cache files, as list says it ---------------------------------------------------------
+
+
+def test_the_hint_for_unreadable_files_names_every_clear_that_removes_them_and_each_does(tmp_path):
+    """Before, ``list`` said only that 'clear --older-than AGE' or deleting them removes unreadable cache files,
+    though ``clear --all`` and ``clear --function F`` of their folder remove them too (and ``--stale`` does not).
+    Now the line names each, with their folders; each command it names indeed removes them."""
+    cache = tmp_path / "cache"
+    good = decision(cache, "moe")
+    torn = [cache / folder / f"{'0' * 19}{n}.json" for n, folder in enumerate(("gemm", "moe"))]
+    for path in torn:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"format": 2, "key"')
+    listed = cli("list", "--cache-dir", cache)
+    assert listed.returncode == 1, (listed.stdout, listed.stderr)
+    hint = listed.stderr.splitlines()[-1]
+    assert hint == ("triton-dist-tune: 2 file(s) skipped: 2 unreadable ('clear --all', 'clear --function F' of their "
+                    "folder (gemm, moe), 'clear --older-than AGE' past their age, or deleting them removes them)"), hint
+    stale = cli("clear", "--stale", "--cache-dir", cache)  # named nowhere in the line: it removes neither
+    assert stale.returncode == 0 and all(p.exists() for p in torn), (stale.stdout, stale.stderr)
+    gemm = cli("clear", "--function", "gemm", "--cache-dir", cache)
+    assert gemm.returncode == 0 and not torn[0].exists() and torn[1].exists() and good.exists(), gemm.stdout
+    hint = gemm.stderr.splitlines()[-1]  # the one left, named as clear skips it
+    assert "1 unreadable ('clear --all', 'clear --function moe' (their folder), 'clear --older-than AGE'" in hint, hint
+    done = cli("clear", "--all", "--cache-dir", cache)
+    assert done.returncode == 0 and not torn[1].exists() and not good.exists(), (done.stdout, done.stderr)

@@ -91,7 +91,8 @@ def test_the_count_of_skipped_files_says_clear_removes_only_the_unreadable_ones(
     code, out, err = run(capsys, "list", "--cache-dir", str(cache))
     assert code == 1 and "1 decision(s)" in out, (out, err)
     # torn.json is no name of the tuner's: clear leaves it, which the line said it removed (before: "2 unreadable")
-    assert err.splitlines()[-1] == ("triton-dist-tune: 3 file(s) skipped: 1 unreadable ('clear --older-than AGE' or "
+    assert err.splitlines()[-1] == ("triton-dist-tune: 3 file(s) skipped: 1 unreadable ('clear --all', 'clear "
+                                    "--function fn' (their folder), 'clear --older-than AGE' past their age, or "
                                     "deleting them removes them); 1 unreadable and not named as this library's files "
                                     "(clear never removes such a file: delete it yourself if it is no other "
                                     "program's); 1 link(s) out of the cache folder (never followed nor deleted by the "

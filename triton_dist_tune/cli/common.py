@@ -65,7 +65,9 @@ def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
     theirs = sum(not isinstance(problem, (dec.LinkOut, Unexportable)) and problem.path is not None
                  and not dec.tuner_named(Path(problem.path)) for problem in problems)
     unreadable = len(problems) - links - unexportable - theirs
-    parts = [f"{unreadable} unreadable ('clear --older-than AGE' or deleting them removes them)"] if unreadable else []
+    folders = sorted({Path(p.path).parent.name for p in problems if not isinstance(p, (dec.LinkOut, Unexportable))
+                      and p.path is not None and dec.tuner_named(Path(p.path))})
+    parts = [f"{unreadable} unreadable ({_removed_by(folders)})"] if unreadable else []
     if theirs:
         parts.append(f"{theirs} unreadable and not named as this library's files (clear never removes such a file: "
                      "delete it yourself if it is no other program's)")
@@ -77,6 +79,17 @@ def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
     if problems:
         print(f"triton-dist-tune: {len(problems)} file(s) skipped: {'; '.join(parts)}", file=sys.stderr)
     return status
+
+
+def _removed_by(folders: list[str]) -> str:
+    """What removes the unreadable cache files of ``folders`` (their folders' names): ``clear --all``, ``clear
+    --function`` of their folder (it removes every file of that folder named as the tuner names its files),
+    ``clear --older-than`` by their age, or deleting them (never ``--stale`` nor ``--superseded``, which select
+    decisions by what they hold)."""
+    named = ", ".join(folders[:3]) + (", ..." if len(folders) > 3 else "")
+    function = f"'clear --function {folders[0]}' (their folder)" if len(folders) == 1 else \
+        f"'clear --function F' of their folder ({named})"
+    return f"'clear --all', {function}, 'clear --older-than AGE' past their age, or deleting them removes them"
 
 
 def _say_foreign(foreign: Sequence[dec.ForeignFile]) -> None:
