@@ -89,6 +89,18 @@ def test_replicas_that_differ_in_cache_key_extra_are_a_mismatch_on_every_rank(en
 
 
 @pytest.mark.timeout(120)
+def test_replicas_that_see_other_shapes_are_a_mismatch_naming_the_replicas_group_by_its_ranks(env):
+    # one replica's batch of another shape. Was: "the replicas linked by group '3' differ in key" (torch's internal
+    # name of the group, a number of new_group's calls, which the user never wrote), where the same error inside a
+    # group says "the ranks of group 'ranks [0, 1]'"
+    results = four_ranks("replicas_differ_in_key", env)
+    every_rank_at_once(results, "MismatchError", "differ in key: replicas [0]: 4; replicas [1]: 8")
+    for r in results:
+        linked = "ranks [0, 2]" if r.rank % 2 == 0 else "ranks [1, 3]"
+        assert f"the replicas linked by group '{linked}' differ in key" in r.result["message"], r.result
+
+
+@pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
     # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so

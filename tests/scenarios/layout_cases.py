@@ -122,6 +122,19 @@ def replicas_differ_in_cache_key_extra():
 
 
 @case
+def replicas_differ_in_key():
+    """Each TP group agrees on its key, but replica 1 (ranks 2 and 3) sees another shape (8 elements, replica 0 4):
+    the replicas, which keep one decision for the whole layout, differ in key."""
+    me, tp, across = two_by_two()
+    started = time.perf_counter()
+    try:
+        layer("replicas_key")(torch.ones(4 if me < 2 else 8), autotune_pg=tp, autotune_replicas=across)
+        emit(error=None, seconds=time.perf_counter() - started)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - started)
+
+
+@case
 def tp_group_on_two_ranks_default_group_on_two():
     """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
     for ranks 0 and 1, which never come to it."""

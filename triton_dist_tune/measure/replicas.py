@@ -169,9 +169,9 @@ class Layout:
         for what, holders in found.differ.items():
             detail = "; ".join(f"replicas {ranks}: {text}" for ranks, text in holders)
             if what == _TIMEOUT:
-                warn_timeouts_differ(name, f"the replicas linked by group '{self.replicas.name}'", detail)
+                warn_timeouts_differ(name, f"the replicas linked by group '{self.replicas.title}'", detail)
                 continue
-            raise MismatchError(f"{name}: the replicas linked by group '{self.replicas.name}' differ in {what}: "
+            raise MismatchError(f"{name}: the replicas linked by group '{self.replicas.title}' differ in {what}: "
                                 f"{detail}")
 
     def lookup(self, read: Callable[[], Any], what: str, timeout: float) -> Any:
