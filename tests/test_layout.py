@@ -101,6 +101,23 @@ def test_replicas_that_see_other_shapes_are_a_mismatch_naming_the_replicas_group
 
 
 @pytest.mark.timeout(120)
+def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwise_there(tmp_path):
+    # rank 0 knows the TP group as torch's group '1', rank 1 as '2': their channels live under different names and
+    # never meet. Each rank still raises at T (no rank can see the other's name), but the message now names this
+    # cause and this rank's name of the group. Was: "which never arrived: they crashed, hung, or called the tuned
+    # function with another autotune_pg or key, ..." alone, where both ranks had come and waited
+    results = run_ranks(CASES, 2, ["groups_created_in_another_order_on_one_rank"], env=tuner_env(tmp_path, 4),
+                        timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r, name in zip(results, ("1", "2"), strict=True):
+        assert r.result["error"] == "GroupTimeoutError", describe(results)
+        assert "which never arrived" in r.result["message"], r.result
+        assert (f"Or they know this group by another name: torch named it '{name}' here, by the order of this "
+                "rank's new_group calls") in r.result["message"], r.result
+        assert "use_local_synchronization=True" in r.result["message"], r.result
+
+
+@pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
     # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so

@@ -135,6 +135,20 @@ def replicas_differ_in_key():
 
 
 @case
+def groups_created_in_another_order_on_one_rank():
+    """2 ranks, two groups of both ranks (a TP group and another): rank 1 creates them in the other order, so torch
+    names the TP group '1' on rank 0 and '2' on rank 1 (the creations still pair up: each pair has the same ranks,
+    and torch checks nothing more). Both ranks tune on their TP group."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    if me == 0:
+        tp, _other = dist.new_group([0, 1]), dist.new_group([0, 1])
+    else:
+        _other, tp = dist.new_group([0, 1]), dist.new_group([0, 1])
+    call(layer("named_by_order"), autotune_pg=tp)
+
+
+@case
 def tp_group_on_two_ranks_default_group_on_two():
     """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
     for ranks 0 and 1, which never come to it."""

@@ -76,10 +76,27 @@ def silence(window: float, quiet: float) -> str:
             "beat stands still).")
 
 
-def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int]) -> str:
+def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int], torch_name: str | None = None) -> str:
     """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` (global ranks
-    ``globals_``) not there, and why such ranks never arrive, by the tuner whose call waited (:func:`late_causes`)."""
-    return f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: {late_causes()}"
+    ``globals_``) not there, and why such ranks never arrive, by the tuner whose call waited (:func:`late_causes`).
+    ``torch_name``: torch's name of the group on this rank, where it is not the default group: a number (torch's
+    ``new_group`` counts its calls on each rank) adds that cause, which no rank can see (:func:`named_by_order`)."""
+    return (f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: {late_causes()}"
+            + named_by_order(torch_name))
+
+
+def named_by_order(torch_name: str | None) -> str:
+    """Where torch named a group by the order of ``new_group`` calls (its name a number), one more cause of ranks
+    that never arrive: the group's channel lives under its name, and a rank that created its groups in another order
+    names this group otherwise, so its exchanges never meet this rank's (each side waits for the other). Torch
+    checks nothing of the order where the groups' creations still pair up (the same ranks), or until a collective.
+    Names that ``use_local_synchronization=True`` gives (a hash of the ranks) cannot differ that way: nothing."""
+    if torch_name is None or not torch_name.isdigit():
+        return ""
+    return (f" Or they know this group by another name: torch named it '{torch_name}' here, by the order of this "
+            "rank's new_group calls, and a rank that created its groups in another order names it otherwise and "
+            "waits under that name; create the groups in the same order on every rank (or with "
+            "use_local_synchronization=True, which names a group by its ranks).")
 
 
 def left_message(rank: int, global_rank: int, title: str, last: str, interruption: BaseException,
