@@ -118,6 +118,21 @@ def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwis
 
 
 @pytest.mark.timeout(120)
+def test_a_replica_that_forgot_autotune_replicas_is_among_the_causes_its_partners_are_told(tmp_path):
+    # replica 1 tunes its TP group alone (no autotune_replicas) and goes on; replica 0 waits for it across replicas
+    # until T. Was: the causes named another autotune_pg or key, a crash, a hang or autotune=False, not the option
+    # that differs
+    results = run_ranks(CASES, 4, ["replicas_given_by_one_replica_only"], env=tuner_env(tmp_path, 4), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["error"] for r in results] == ["GroupTimeoutError", "GroupTimeoutError", None, None], \
+        describe(results)
+    for r in results[:2]:
+        assert f"at '[replicas_one_side] agree across replicas' for group ranks [1] (global [{r.rank + 2}]), which " \
+               "never arrived" in r.result["message"], r.result
+        assert "called the tuned function with another autotune_pg, autotune_replicas or key" in r.result["message"]
+
+
+@pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
     # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so

@@ -624,7 +624,8 @@ def test_a_rank_that_called_with_autotune_false_is_among_the_causes_its_peer_is_
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("tuner", "causes", "not_said"), [
-    ("autotune", ["called the tuned function with another autotune_pg or key, or with autotune=False"],
+    ("autotune", ["called the tuned function with another autotune_pg, autotune_replicas or key, or with "
+                  "autotune=False"],
      ["contextual_autotune", "is_dist"]),
     ("contextual", ["did not make this call of the contextual_autotune function: they called it fewer times than "
                     "this rank (or never), or on another group (its is_dist= another group, or False, on those "

@@ -316,8 +316,9 @@ def test_an_exchange_timeout_on_a_sub_communicator_names_the_world_ranks_once(co
         world = list(range(size))[::-1]
         assert said == (f"triton_dist_tune: rank 0 (world rank {last}) of MPI group 'mpi:comm' (world ranks {world}) "
                         "waited 2 s at '[mpi_timeout_names_once] agree on key and config space' for ranks that "
-                        "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or "
-                        "key, or with autotune=False (which tunes nothing and says nothing to the group)."), said
+                        "never arrived: they crashed, hung, or called the tuned function with another autotune_pg, "
+                        "autotune_replicas or key, or with autotune=False (which tunes nothing and says nothing to the "
+                        "group)."), said
 
 
 @pytest.mark.mpi(min_size=2)

@@ -149,6 +149,14 @@ def groups_created_in_another_order_on_one_rank():
 
 
 @case
+def replicas_given_by_one_replica_only():
+    """Replica 0 (ranks 0 and 1) passes autotune_replicas; replica 1 (ranks 2 and 3) forgets it and tunes its TP
+    group alone, never coming to the exchanges across replicas that ranks 0 and 1 wait at."""
+    me, tp, across = two_by_two()
+    call(layer("replicas_one_side"), autotune_pg=tp, **({"autotune_replicas": across} if me < 2 else {}))
+
+
+@case
 def tp_group_on_two_ranks_default_group_on_two():
     """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
     for ranks 0 and 1, which never come to it."""

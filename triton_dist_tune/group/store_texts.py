@@ -19,8 +19,8 @@ log = logging.getLogger("triton_dist_tune")
 Tuner = Literal["autotune", "contextual"]
 #: why a rank never arrived at an exchange, by the tuner whose call waited for it
 LATE_CAUSES: dict[Tuner, str] = {
-    "autotune": ("they crashed, hung, or called the tuned function with another autotune_pg or key, or with "
-                 "autotune=False (which tunes nothing and says nothing to the group)."),
+    "autotune": ("they crashed, hung, or called the tuned function with another autotune_pg, autotune_replicas or "
+                 "key, or with autotune=False (which tunes nothing and says nothing to the group)."),
     "contextual": ("they crashed, hung, or did not make this call of the contextual_autotune function: they called it "
                    "fewer times than this rank (or never), or on another group (its is_dist= another group, or "
                    "False, on those ranks)."),
@@ -79,7 +79,8 @@ def silence(window: float, quiet: float) -> str:
 def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int], torch_name: str | None = None) -> str:
     """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` (global ranks
     ``globals_``) not there, and why such ranks never arrive, by the tuner whose call waited (:func:`late_causes`).
-    ``torch_name``: torch's name of the group on this rank, where it is not the default group: a number (torch's
+    ``torch_name``: torch's name of the group on this rank, where it is not the default group and the wait is at
+    the group's first exchange (ranks that name a group otherwise never complete one): a number (torch's
     ``new_group`` counts its calls on each rank) adds that cause, which no rank can see (:func:`named_by_order`)."""
     return (f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: {late_causes()}"
             + named_by_order(torch_name))
@@ -94,9 +95,8 @@ def named_by_order(torch_name: str | None) -> str:
     if torch_name is None or not torch_name.isdigit():
         return ""
     return (f" Or they know this group by another name: torch named it '{torch_name}' here, by the order of this "
-            "rank's new_group calls, and a rank that created its groups in another order names it otherwise and "
-            "waits under that name; create the groups in the same order on every rank (or with "
-            "use_local_synchronization=True, which names a group by its ranks).")
+            "rank's new_group calls, and a rank that created its groups in another order names it otherwise; create "
+            "the groups in the same order on every rank (or with use_local_synchronization=True).")
 
 
 def left_message(rank: int, global_rank: int, title: str, last: str, interruption: BaseException,
