@@ -133,6 +133,20 @@ def test_a_replica_that_forgot_autotune_replicas_is_among_the_causes_its_partner
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_killed_before_its_first_call_is_named_gone_in_its_peers_timeout(tmp_path):
+    # rank 3 killed before its TP group's first exchange: its peer waits T (no beat of it exists yet) and then says
+    # the process is gone, from its pid on this host, without the group-name hint (a dead rank names no group).
+    # Was: "which never arrived: they crashed, hung, or called ..." and the hint, as for a rank alive elsewhere
+    results = run_ranks(CASES, 4, ["a_rank_killed_before_its_first_call"], env=tuner_env(tmp_path, 4), timeout=90)
+    assert [r.returncode for r in results] == [0, 0, 0, -signal.SIGKILL], describe(results)
+    assert [r.result["error"] for r in results[:3]] == [None, None, "GroupTimeoutError"], describe(results)
+    said = results[2].result["message"]
+    assert "for group ranks [1] (global [3]), which never arrived" in said, said
+    assert "Gone: group rank 1 (global 3) is gone without counting out (its process, pid " in said, said
+    assert "another name" not in said, said
+
+
+@pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
     # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so

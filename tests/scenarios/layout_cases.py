@@ -157,6 +157,21 @@ def replicas_given_by_one_replica_only():
 
 
 @case
+def a_rank_killed_before_its_first_call():
+    """TP groups {0, 1} and {2, 3}: rank 3 is SIGKILLed before it calls (no board beats yet: rank 2 waits at its
+    first agreement for a rank no beat can show dead); ranks 0 and 1 tune their own group, then stay (rank 0 hosts
+    the job's store) until rank 2's wait has run out."""
+    me, tp, _ = two_by_two()
+    if me == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    call(layer("killed_before"), autotune_pg=tp)
+    if me < 2:
+        time.sleep(float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]) + 4)
+    sys.stdout.flush()
+    os._exit(0)  # (no barrier at the end: rank 3 is gone)
+
+
+@case
 def tp_group_on_two_ranks_default_group_on_two():
     """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
     for ranks 0 and 1, which never come to it."""

@@ -290,14 +290,23 @@ def gone_besides(reports: Sequence[Any], late: Sequence[int], global_ranks: Sequ
     knew of, not the killed rank (``chaos.py``, job seed 1826462843). Empty where none is, or where this process
     cannot tell (best effort)."""
     ended = {report.rank for report in reports if report.ended}
-    others = {global_ranks[rank]: rank for rank in late if rank not in ended and 0 <= rank < len(global_ranks)}
+    gone = gone_of([rank for rank in late if rank not in ended], global_ranks)
+    said = [f"group rank {rank} (global {global_ranks[rank]}), which {why}" for rank, why in gone.items()]
+    return f" Also gone: {'; '.join(said)}." if said else ""
+
+
+def gone_of(late: Sequence[int], global_ranks: Sequence[int]) -> dict[int, str]:
+    """The group ranks of ``late`` (``global_ranks`` gives their global ranks) whose process is known gone without
+    counting out (on this host, or given up on by this process), each with why, in the order of their global ranks;
+    empty where none is, or where this process cannot tell (registered nothing: torchrun's agent hosts the store;
+    the store failing). Best effort, for an error's words."""
+    others = {global_ranks[rank]: rank for rank in late if 0 <= rank < len(global_ranks)}
     job = _job
     if not others or job is None:
-        return ""
+        return {}
     try:
         gone = _Evidence(job).look()
     except Exception:  # the store is gone or failing: nothing more to tell
-        return ""
-    said = [f"group rank {others[g]} (global {g}), which {why}" for g, why in sorted(gone.items()) if g in others]
-    return f" Also gone: {'; '.join(said)}." if said else ""
+        return {}
+    return {others[g]: why for g, why in sorted(gone.items()) if g in others}
 

@@ -325,7 +325,7 @@ class StoreGroup(LeavingChannel):
                 message = self._lost_message(what, waited, exc)
             else:
                 late = with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
-                message = late_message(self._waited(what, f"{timeout:g}"), late, [self.global_ranks[r] for r in late],
+                message = late_message(self._waited(what, f"{timeout:g}"), late, self.global_ranks,
                                        None if self.title == "default" or self._seq > 1 else self.name) \
                     + withdrawn_notes(self.store, self.global_ranks, late, where)
             raise GroupTimeoutError(message) from exc

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from . import exits
 from .note import Note, Waiter
 from .unresolved import NOTES
 
@@ -76,14 +77,20 @@ def silence(window: float, quiet: float) -> str:
             "beat stands still).")
 
 
-def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int], torch_name: str | None = None) -> str:
-    """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` (global ranks
-    ``globals_``) not there, and why such ranks never arrive, by the tuner whose call waited (:func:`late_causes`).
-    ``torch_name``: torch's name of the group on this rank, where it is not the default group and the wait is at
-    the group's first exchange (ranks that name a group otherwise never complete one): a number (torch's
-    ``new_group`` counts its calls on each rank) adds that cause, which no rank can see (:func:`named_by_order`)."""
-    return (f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: {late_causes()}"
-            + named_by_order(torch_name))
+def late_message(waited: str, missing: Sequence[int], group_ranks: Sequence[int], torch_name: str | None = None) -> str:
+    """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` not there (of a
+    group of global ranks ``group_ranks``), and why such ranks never arrive, by the tuner whose call waited
+    (:func:`late_causes`); those whose process is known gone (:func:`~.exits.gone_of`: killed on this host before
+    they came, where no board beat could tell) are named so. ``torch_name``: torch's name of the group on this rank,
+    where it is not the default group and the wait is at the group's first exchange (ranks that name a group
+    otherwise never complete one): a number (torch's ``new_group`` counts its calls on each rank) adds that cause,
+    which no rank can see (:func:`named_by_order`), unless every missing rank is known gone."""
+    globals_ = [group_ranks[rank] for rank in missing]
+    gone = exits.gone_of(missing, group_ranks)
+    said = "; ".join(f"group rank {rank} (global {group_ranks[rank]}) {why}" for rank, why in gone.items())
+    return (f"{waited} for group ranks {list(missing)} (global {globals_}), which never arrived: {late_causes()}"
+            + (f" Gone: {said}." if said else "") + ("" if gone and len(gone) == len(missing) else
+                                                     named_by_order(torch_name)))
 
 
 def named_by_order(torch_name: str | None) -> str:
