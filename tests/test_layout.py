@@ -8,7 +8,7 @@ import os
 import signal
 
 import pytest
-from harness import HERE, describe, run_process, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_cli, run_process, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "layout_cases.py"
 T = 40  # the exchanges' timeout: "at once" below is under a quarter of it
@@ -144,6 +144,26 @@ def test_a_rank_killed_before_its_first_call_is_named_gone_in_its_peers_timeout(
     assert "for group ranks [1] (global [3]), which never arrived" in said, said
     assert "Gone: group rank 1 (global 3) is gone without counting out (its process, pid " in said, said
     assert "another name" not in said, said
+
+
+@pytest.mark.timeout(120)
+def test_the_cache_listing_tells_a_layouts_decision_from_a_tp_groups_own(tmp_path):
+    # the same key tuned as 2 replicas of 2 ranks, and by a TP group alone: two entries. Was: both listed with
+    # ranks 2 and group 'ranks [0, 1]', nothing in the file or the listing telling which serves the layout
+    env = tuner_env(tmp_path)
+    results = four_ranks("one_key_tuned_as_replicas_then_alone", env)
+    assert all(res["error"] is None for r in results for res in r.results), describe(results)
+    listed = run_cli(["list", "--json"], base_env(env))
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)["entries"]
+    assert sorted((e["key"], e["group_size"], e["replicas"] or 1) for e in entries) == [("4", 2, 1), ("4", 2, 2)], \
+        entries
+    table = run_cli(["list"], base_env(env)).stdout
+    rows = [line.split() for line in table.splitlines() if line.split()[1:2] == ["4"]]
+    assert sorted(row[6] for row in rows) == ["2", "2x2"], table  # the ranks column
+    layout = next(e for e in entries if e["replicas"] == 2)
+    shown = run_cli(["show", layout["name"]], base_env(env)).stdout
+    assert "replica 0 of 2 tuned as one (autotune_replicas): serves each replica's group" in shown, shown
 
 
 @pytest.mark.timeout(120)

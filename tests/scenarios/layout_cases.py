@@ -172,6 +172,16 @@ def a_rank_killed_before_its_first_call():
 
 
 @case
+def one_key_tuned_as_replicas_then_alone():
+    """One function and key tuned twice into one cache folder: first with the replicas tuned as one, then by each TP
+    group alone (another cache entry: a layout's decision includes its replica count)."""
+    me, tp, across = two_by_two()
+    f = layer("two_layouts")
+    call(f, autotune_pg=tp, autotune_replicas=across)
+    call(f, autotune_pg=tp)
+
+
+@case
 def tp_group_on_two_ranks_default_group_on_two():
     """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
     for ranks 0 and 1, which never come to it."""

@@ -239,7 +239,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                     if entry.margin is not None else "-")
          + (" (a near tie: within the measurement's spread)" if entry.near_tie else "")),
         ("group", entry.rank_local.text() if entry.rank_local is not None else
-         f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")),
+         f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")
+         + (f", replica 0 of {entry.replicas} tuned as one (autotune_replicas): serves each replica's group"
+            if entry.replicas is not None else "")),
         ("gpu", f"{entry.gpu} x{entry.gpu_count}" if entry.gpu_count else entry.gpu),
         ("versions", _versions_text(entry, now)),
         ("tuned", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.created))

@@ -153,6 +153,9 @@ class Entry:
     #: a rank-local decision's facts (:class:`RankLocal`); None for a decision its whole group tuned (or a file
     #: written before this was recorded)
     rank_local: RankLocal | None = None
+    #: the replica count of a layout tuned as one (``autotune_replicas``): ``group`` is replica 0's, and the decision
+    #: serves every replica's; None for a group that tuned alone (or a file written before this was recorded)
+    replicas: int | None = None
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -170,9 +173,11 @@ class Entry:
 
     @property
     def ranks_text(self) -> str:
-        """The ranks as ``list`` shows them: ``2`` (the group that tuned it), ``local`` (:class:`RankLocal`), or
-        ``-`` where not recorded."""
-        return "local" if self.rank_local is not None else str(self.group_size or "-")
+        """The ranks as ``list`` shows them: ``2`` (the group that tuned it), ``2x3`` (its groups of 2 ranks in 3
+        replicas tuned as one: :attr:`replicas`), ``local`` (:class:`RankLocal`), or ``-`` where not recorded."""
+        if self.rank_local is not None:
+            return "local"
+        return str(self.group_size or "-") + (f"x{self.replicas}" if self.replicas is not None else "")
 
     @property
     def serves_size(self) -> int | None:
@@ -208,7 +213,7 @@ class Entry:
                 "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
                 "provisional": self.provisional, "untimed": self.untimed,
                 "rank_local": self.rank_local.to_json() if self.rank_local is not None else None,
-                "measurements": [o.to_json() for o in self.measurements]}
+                "replicas": self.replicas, "measurements": [o.to_json() for o in self.measurements]}
 
 
 def _finite(value: Any) -> float | None:
@@ -296,7 +301,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
             used = 0.0
     if created is None:
         created = used
-    size = data.get("group_size")
+    size, replicas = data.get("group_size"), data.get("replicas")
     return Entry(path=path, format=fmt, function=str(data.get("function") or path.parent.name),
                  key=str(data.get("key", "?")), index=index, config=config, time_ms=_finite(data.get("time_ms")),
                  margin=margin, runner_up=runner_up if type(runner_up) is int else None,
@@ -311,7 +316,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  statistic=recorded_statistic(data),
                  space=_text(data.get("space")), source=_text(data.get("source")),
                  origin=_text(data.get("origin")), used=used, rank_local=RankLocal.from_json(data.get("rank_local")),
-                 measurements=outcomes, raw=data)
+                 replicas=replicas if type(replicas) is int and replicas > 1 else None, measurements=outcomes, raw=data)
 
 
 def read_entry(path: Path) -> Entry:

@@ -87,11 +87,13 @@ def of_statistic(outcomes: list[Outcome], race: Race | None, told: str) -> list[
 
 
 def cache_record(name: str, key_text: str, group: Group, decision: Decision, source: str,
-                 origin: str, rank_local: dict[str, Any] | None = None) -> dict[str, Any]:
+                 origin: str, rank_local: dict[str, Any] | None = None, replicas: int | None = None) -> dict[str, Any]:
     """The disk cache's record of ``decision``: the choice, how sure it is, and every config's outcome; ``source``:
     the fingerprint of the function's code (:attr:`~.tuned.TunedFunction.source_print`), ``origin``: where it is
     defined (:attr:`~.tuned.TunedFunction.origin`); ``rank_local``: a rank-local campaign's decision, tuned by one
-    rank alone for a whole group (:class:`~triton_dist_tune.disk.entries.RankLocal`'s fields), recorded as is."""
+    rank alone for a whole group (:class:`~triton_dist_tune.disk.entries.RankLocal`'s fields), recorded as is;
+    ``replicas``: the replica count of a layout tuned as one (``autotune_replicas``; recorded where above 1: ``group``
+    is then replica 0's group, and the entry serves every replica's)."""
     return {"function": name, "key": key_text, "source": source, "origin": origin, "group_size": group.size,
             "group": logs.group_title(group), "index": decision.index, "config": decision.config,
             "time_ms": decision.time_or_none, "statistic": decision.statistic,
@@ -102,7 +104,8 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision, sou
             **({"breakdown": decision.breakdown.to_json()} if decision.breakdown is not None else {}),
             "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes],
             **({"provisional": True} if decision.cut else {}),
-            **({"rank_local": rank_local} if rank_local is not None else {})}
+            **({"rank_local": rank_local} if rank_local is not None else {}),
+            **({"replicas": replicas} if replicas is not None and replicas > 1 else {})}
 
 
 def served(data: dict[str, Any]) -> dict[str, Any]:

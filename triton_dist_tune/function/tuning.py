@@ -261,9 +261,9 @@ class Tuning:
             warn_if_another_group_chose_otherwise(tuner.cache.path(self.entry), tuner.name, self.key_text, self.group,
                                                   decision)
             try:
-                return tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision,
-                                                                  tuner.source_print, tuner.origin, self.rank_local),
-                                         tuner.space_text)
+                return tuner.cache.store(self.entry, cache_record(
+                    tuner.name, self.key_text, self.group, decision, tuner.source_print, tuner.origin, self.rank_local,
+                    self.layout.replicas.size if self.layout is not None else None), tuner.space_text)
             except OSError as exc:  # a warning (conclude); the summary says that nothing was written
                 self.not_written = f"none written ({type(exc).__name__}: {exc.strerror or exc})"
                 raise
