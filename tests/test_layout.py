@@ -167,6 +167,20 @@ def test_the_cache_listing_tells_a_layouts_decision_from_a_tp_groups_own(tmp_pat
 
 
 @pytest.mark.timeout(120)
+def test_ranks_that_ended_their_process_without_calling_are_named_so_in_the_timeout(tmp_path):
+    # ranks 2 and 3 exit normally without calling; ranks 0 and 1 wait for them on the default group until T. Was:
+    # "which never arrived: they crashed, hung, or called ..." alone, where their exits had counted them out
+    results = run_ranks(CASES, 4, ["two_ranks_end_their_job_without_calling"], env=tuner_env(tmp_path, 4), timeout=90)
+    assert [r.returncode for r in results] == [0, 0, 0, 0], describe(results)
+    for r in results[:2]:
+        said = r.result["message"]
+        assert r.result["error"] == "GroupTimeoutError", describe(results)
+        assert "for group ranks [2, 3] (global [2, 3]), which never arrived" in said, said
+        assert ("Gone: group rank 2 (global 2) ended its process without coming (exited normally); group rank 3 "
+                "(global 3) ended its process without coming (exited normally).") in said, said
+
+
+@pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
     # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so

@@ -182,6 +182,19 @@ def one_key_tuned_as_replicas_then_alone():
 
 
 @case
+def two_ranks_end_their_job_without_calling():
+    """4 ranks: ranks 2 and 3 end their process normally (their exit counts them out of the job) without calling the
+    function that ranks 0 and 1 tune on the default group; ranks 0 and 1 wait for them until the timeout."""
+    me, _, _ = two_by_two()
+    if me >= 2:
+        sys.stdout.flush()
+        sys.exit(0)
+    call(layer("ended_without"))
+    sys.stdout.flush()
+    sys.exit(0)  # (no barrier at the end: ranks 2 and 3 are gone; rank 0, the store's host, lingers for rank 1)
+
+
+@case
 def tp_group_on_two_ranks_default_group_on_two():
     """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
     for ranks 0 and 1, which never come to it."""

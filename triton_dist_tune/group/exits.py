@@ -295,6 +295,28 @@ def gone_besides(reports: Sequence[Any], late: Sequence[int], global_ranks: Sequ
     return f" Also gone: {'; '.join(said)}." if said else ""
 
 
+#: the most late ranks whose count-out :func:`counted_out_of` reads (a request each, at a deadline)
+COUNTED_OUT_READS = 16
+
+
+def counted_out_of(late: Sequence[int], global_ranks: Sequence[int]) -> dict[int, str]:
+    """The group ranks of ``late`` (``global_ranks`` gives their global ranks) that have counted out (their process
+    ends or has ended: they come to no exchange any more), each with how (``exited normally``), read for the first
+    :data:`COUNTED_OUT_READS` of them, a request each that never waits; empty where this process registered nothing
+    or the store fails. Best effort, for an error's words."""
+    job, found = _job, {}
+    if job is None:
+        return found
+    try:
+        for rank in [r for r in late if 0 <= r < len(global_ranks)][:COUNTED_OUT_READS]:
+            how = peek(job.store, f"{job.prefix}exited/{global_ranks[rank]}")
+            if how is not None:
+                found[rank] = f"ended its process without coming ({how.decode(errors='replace')[:80]})"
+    except Exception as exc:  # the store is gone or failing: what was read stands
+        log.debug("triton_dist_tune: could not read the late ranks' count-outs: %s", exc)
+    return found
+
+
 def gone_of(late: Sequence[int], global_ranks: Sequence[int]) -> dict[int, str]:
     """The group ranks of ``late`` (``global_ranks`` gives their global ranks) whose process is known gone without
     counting out (on this host, or given up on by this process), each with why, in the order of their global ranks;
