@@ -82,10 +82,10 @@ def late_message(waited: str, missing: Sequence[int], group_ranks: Sequence[int]
     group of global ranks ``group_ranks``), and why such ranks never arrive, by the tuner whose call waited
     (:func:`late_causes`); those whose process is known ended (:func:`~.exits.counted_out_of`: it counted out, an
     exit, without coming) or gone (:func:`~.exits.gone_of`: killed on this host before they came, where no board
-    beat could tell) are named so. ``torch_name``: torch's name of the group on this rank,
-    where it is not the default group and the wait is at the group's first exchange (ranks that name a group
-    otherwise never complete one): a number (torch's ``new_group`` counts its calls on each rank) adds that cause,
-    which no rank can see (:func:`named_by_order`), unless every missing rank is known gone."""
+    beat could tell) are named so. ``torch_name``: torch's name of the group on this rank, where it is not the
+    default group and the wait is at the group's first exchange (ranks that name a group otherwise never complete
+    one): a number (torch's ``new_group`` counts its calls on each rank) adds that cause, which no rank can see
+    (:func:`named_by_order`), unless every missing rank is known ended or gone."""
     globals_ = [group_ranks[rank] for rank in missing]
     out = exits.counted_out_of(missing, group_ranks)
     gone = {**out, **exits.gone_of([rank for rank in missing if rank not in out], group_ranks)}
