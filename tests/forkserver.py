@@ -508,6 +508,10 @@ def _become(request: dict) -> None:
         raise
     except BaseException as e:  # as an uncaught exception: the hook prints it (without this file's frames)
         e = e.with_traceback(e.__traceback__.tb_next)
+        # kept where CPython keeps an uncaught exception, for the exit handlers to read (the tuner's count-out)
+        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
+        if sys.version_info >= (3, 12):
+            sys.last_exc = e
         sys.excepthook(type(e), e, e.__traceback__)
         raise SystemExit(1) from None
 

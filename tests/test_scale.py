@@ -231,6 +231,25 @@ def test_a_waiting_rank_looks_up_its_late_ranks_once_a_second(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_waiting_rank_reads_its_late_ranks_ends_once_a_second_from_2_s_on_and_not_when_none_waits(tmp_path):
+    """A rank waiting at an exchange looks whether its late ranks have ended (counted out, or gone from this host's
+    /proc: ``group/departed.py``) from 2 s into the wait on, once a second: one read of the log of count-outs per
+    look, and the late ranks' process records once per process (``check`` and ``multi_get``). A barrier where nobody
+    waits 2 s reads nothing of it. Rank 2 comes 5 s, then 3.5 s, late (alive: the barriers complete)."""
+    for r in run("ends_looked_at", 3, tuner_env(tmp_path, 60)):
+        steps = r["steps"]
+        if steps["on time"]["seconds"] < 1.5:  # (a loaded machine may hold a rank that long: then it may look)
+            assert steps["on time"]["log"] == 0 and steps["on time"]["records"] == 0, r
+        if r["rank"] == 2:
+            continue
+        late, again = steps["late"], steps["late again"]
+        assert late["seconds"] > 4 and again["seconds"] > 3, r
+        assert 2 <= late["log"] <= late["seconds"] - 1, r  # (looks at about 2, 3 and 4 s)
+        assert late["records"] == 2, r  # rank 2's record: a check and a multi_get, once
+        assert 1 <= again["log"] <= again["seconds"] - 1 and again["records"] == 0, r  # (read already)
+
+
+@pytest.mark.timeout(120)
 def test_a_waiting_rank_looks_up_each_late_rank_not_every_rank_at_each_look(tmp_path):
     """6 ranks wait about 4.5 s for rank 5 and look up their late ranks once a second. A look checked every other
     rank's message one by one (N - 1 requests on rank 0, N - 2 on another, at each look: N ranks waiting long for one

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -160,15 +161,45 @@ def replicas_given_by_one_replica_only():
 def a_rank_killed_before_its_first_call():
     """TP groups {0, 1} and {2, 3}: rank 3 is SIGKILLed before it calls (no board beats yet: rank 2 waits at its
     first agreement for a rank no beat can show dead); ranks 0 and 1 tune their own group, then stay (rank 0 hosts
-    the job's store) until rank 2's wait has run out."""
+    the job's store) until rank 2's call has ended (at most the timeout and 10 s), rank 0 until the others are
+    done with the store."""
+    gone_before_its_first_call("killed_before", "kill")
+
+
+@case
+def a_rank_crashing_before_its_first_call():
+    """As :func:`a_rank_killed_before_its_first_call`, rank 3 raising an uncaught error (its model's set-up
+    crashed): its exit hooks run, and it counts out."""
+    gone_before_its_first_call("crashed_before", "raise")
+
+
+def gone_before_its_first_call(name: str, end: str) -> None:
     me, tp, _ = two_by_two()
-    if me == 3:
+    store = dist.distributed_c10d._get_default_store()
+    if me == 3 and end == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    call(layer("killed_before"), autotune_pg=tp)
-    if me < 2:
-        time.sleep(float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]) + 4)
+    if me == 3:
+        raise RuntimeError("the model's set-up failed on rank 3")
+    call(layer(name), autotune_pg=tp)
+    if me > 0:
+        if me == 1:
+            store.wait(["case/done/2"], timedelta(seconds=float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]) + 10))
+        store.set(f"case/done/{me}", b"1")
+    else:  # (last: its process hosts the store, which its os._exit ends at once, a peer's request in flight or not)
+        store.wait(["case/done/1", "case/done/2"],
+                   timedelta(seconds=float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]) + 10))
     sys.stdout.flush()
     os._exit(0)  # (no barrier at the end: rank 3 is gone)
+
+
+@case
+def a_rank_late_but_alive_before_its_first_call():
+    """TP groups {0, 1} and {2, 3}: rank 3 comes to its first call 4 s after the others (alive: its peer's looks at
+    whether it has ended, once a second from 2 s into the wait, find nothing), and every rank's tuning succeeds."""
+    me, tp, _ = two_by_two()
+    if me == 3:
+        time.sleep(4)
+    call(layer("late_but_alive"), autotune_pg=tp)
 
 
 @case

@@ -589,5 +589,52 @@ def waiter_clients_of_four_threads():
     emit(rank=dist.get_rank(), clones=made["clones"], tunings=sum(len(fn.tuner.decided) for fn in fns))
 
 
+class EndsRead:
+    """The job's store as :mod:`triton_dist_tune.group.exits` holds it, counting the requests that read the ranks'
+    ends: the log of count-outs and the process records (:mod:`triton_dist_tune.group.departed`)."""
+
+    def __init__(self, store) -> None:
+        self._store, self.log, self.records = store, 0, 0
+
+    def _count(self, keys) -> None:
+        self.log += any(str(k).endswith("/exited/log") for k in keys)
+        self.records += any("/process/" in str(k) for k in keys)
+
+    def __getattr__(self, name):
+        method = getattr(self._store, name)
+        if not callable(method):
+            return method
+
+        def counted(*args, **kwargs):
+            if args:
+                self._count(args[0] if isinstance(args[0], list) else [args[0]])
+            return method(*args, **kwargs)
+
+        return counted
+
+
+@case
+def ends_looked_at():
+    """3 ranks: a barrier where nobody waits, then two where rank 2 comes 5 s, then 3.5 s, after the others (alive:
+    they wait for it). How many requests each waiting rank made at each to read the ranks' ends (the log of
+    count-outs, the process records), and how long it waited there."""
+    from triton_dist_tune.group import exits
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    job = exits.current()
+    counted = job.store = EndsRead(job.store)
+    group.barrier("warm")
+    steps = {}
+    for what, late_s in (("on time", 0.0), ("late", 5.0), ("late again", 3.5)):
+        counted.log = counted.records = 0
+        if group.rank == 2:
+            time.sleep(late_s)
+        started = time.monotonic()
+        group.barrier(what)
+        steps[what] = {"seconds": time.monotonic() - started, "log": counted.log, "records": counted.records}
+    job.store = counted._store  # (the count-out and the host's wait at exit on the real store)
+    emit(rank=group.rank, steps=steps)
+
+
 if __name__ == "__main__":
     main()

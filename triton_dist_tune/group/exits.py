@@ -11,12 +11,15 @@ Under the attempt's prefix ``P`` (``attempt<name>/triton_dist_tune/``):
 - ``P process/<rank>``: which process the rank is (:func:`~triton_dist_tune.group.note.this_process`: the machine's
   boot id and pid namespace, its pid and start time), written once at registration;
 - ``P exited/<rank>``: how the rank ended, written as it counts out, before ``P exited`` (the count) is added 1;
-- ``P exited/unclean``: a line ``<rank> <how>`` for each rank that counted out on its way to ``os._exit``.
+- ``P exited/log``: a line ``<rank> <how>`` for each rank that counted out (appended after ``exited/<rank>``): the
+  ranks that ended and how, read in one request (:func:`count_outs`), by the host at the end of its wait and by a
+  rank waiting at an exchange for ranks that never came (:mod:`.departed`).
 
-A rank counts out in an exit hook at a normal exit, and, where the watchdog ends its process with ``os._exit`` (no
-exit hooks run; :mod:`~triton_dist_tune.faults.watchdog`), just before that (:func:`count_out`: on a client of its
-own, in a thread the exit waits for at most :data:`COUNT_OUT_WAIT_S`, every error swallowed: it never holds the
-exit longer). A process counts out once.
+A rank counts out in an exit hook at a normal exit (``exited normally``, or ``exited on an uncaught <class>`` where
+an uncaught exception ended its program: :func:`ended_how`), and, where the watchdog ends its process with
+``os._exit`` (no exit hooks run; :mod:`~triton_dist_tune.faults.watchdog`), just before that (:func:`count_out`: on
+a client of its own, in a thread the exit waits for at most :data:`COUNT_OUT_WAIT_S`, every error swallowed: it
+never holds the exit longer). A process counts out once.
 
 The host stops waiting for a rank that has not counted out only on evidence that its process is gone: it ran on this
 host and pid namespace and ``/proc`` has no such process any more (or a zombie:
@@ -32,6 +35,7 @@ import atexit
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -54,6 +58,8 @@ COUNT_OUT_WAIT_S = 1.0
 LOOK_S = 0.25
 #: how a rank that exits normally counts out
 NORMAL = "exited normally"
+#: how a rank whose program an uncaught exception ended counts out (its exit hooks run: a crash of the user's code)
+UNCAUGHT = "exited on an uncaught {}"
 
 
 @dataclass
@@ -70,6 +76,9 @@ class Job:
     pid: int = field(default_factory=os.getpid)
     #: whether this process has counted out (or begun to)
     counted: bool = False
+    #: global rank -> its process as it recorded it, where that is on this host (None: another host, or not
+    #: understood), for the ranks whose record :mod:`.departed` read (a record is written once: read once)
+    records: dict[int, tuple[str, int, int] | None] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self) -> bool:
@@ -146,7 +155,7 @@ def count_out(how: str) -> None:
 
     def write() -> None:
         try:
-            _write_out(own_client(job.store, COUNT_OUT_WAIT_S), job, how, unclean=True)
+            _write_out(own_client(job.store, COUNT_OUT_WAIT_S), job, how)
         except Exception as exc:  # the store is gone or slow: the host waits, or reads this process gone
             log.debug("triton_dist_tune: could not count this rank out: %s", exc)
 
@@ -165,11 +174,11 @@ def _at_exit(job: Job) -> None:
             log.debug("%s", outcome.describe())
 
 
-def _write_out(store: Any, job: Job, how: str, unclean: bool = False) -> int:
-    """Count ``job``'s rank out on ``store`` (its ``exited/<rank>`` first, then the count); returns the count."""
+def _write_out(store: Any, job: Job, how: str) -> int:
+    """Count ``job``'s rank out on ``store`` (its ``exited/<rank>`` first, then its line in ``exited/log``, then the
+    count); returns the count."""
     store.set(f"{job.prefix}exited/{job.rank}", how)
-    if unclean:
-        store.append(f"{job.prefix}exited/unclean", f"{job.rank} {how}\n")
+    store.append(f"{job.prefix}exited/log", f"{job.rank} {' '.join(how.split())}\n")
     return int(store.add(f"{job.prefix}exited", 1))
 
 
@@ -180,12 +189,12 @@ def linger(job: Job) -> Linger:
     is never also in the count it is added to. It is read at the pace of the exchanges' waits
     (:func:`~triton_dist_tune.group.store_wait.poll_pause`: every 50 ms for the first second, then less and less
     often, every 0.25 s from 2.2 s on): a wait of the whole 5 s reads it about 43 times, not 250 (every 20 ms
-    before: 253 requests in all, now 49, ``test_linger.py``), and notices the last count-out at most 0.25 s
-    later."""
+    before: 253 requests in all, then 49, now 50 with the count-out's line in ``exited/log``, ``test_linger.py``),
+    and notices the last count-out at most 0.25 s later."""
     started = time.monotonic()
     try:
         with store_silence.answering(job.store, LINGER_S):  # (a frozen host: cut after 6 s, never waited for)
-            count = _write_out(job.store, job, NORMAL)
+            count = _write_out(job.store, job, ended_how())
         if not job.host:
             return Linger("not the host", 0.0, count, job.world, {})
         evidence, gone, ended = _Evidence(job), {}, "counted out"
@@ -204,20 +213,38 @@ def linger(job: Job) -> Linger:
             time.sleep(max(0.0, min(pace.next_look(), deadline) - now))
             pace.last = time.monotonic()
             count = int(job.store.add(f"{job.prefix}exited", 0))
-        return Linger(ended, time.monotonic() - started, count, job.world, {**_unclean(job), **gone})
+        unclean = {rank: how for rank, how in count_outs(job).items() if how != NORMAL}
+        return Linger(ended, time.monotonic() - started, count, job.world, {**unclean, **gone})
     except Exception as exc:  # the store is gone or failing: nothing to wait for
         log.debug("triton_dist_tune: the store failed while this rank counted out: %s", exc)
         return Linger("store", time.monotonic() - started, 0, job.world, {})
 
 
-def _unclean(job: Job) -> dict[int, str]:
-    """The ranks that counted out on their way to ``os._exit``, and how (``exited/unclean``)."""
-    text = (peek(job.store, f"{job.prefix}exited/unclean") or b"").decode(errors="replace")
+def ended_how() -> str:
+    """How this process's exit that runs its exit hooks ends it: :data:`NORMAL`, or, where an uncaught exception
+    ended the program (Python keeps it as ``sys.last_value`` before the hooks run; not read in an interactive
+    session, where it may be an earlier line's), :data:`UNCAUGHT` with its class: what a peer that waited for this
+    rank is told (before, a crash of the user's code counted out as ``exited normally``)."""
+    exc = getattr(sys, "last_value", None)
+    if isinstance(exc, BaseException) and not hasattr(sys, "ps1") and not sys.flags.interactive:
+        return UNCAUGHT.format(type(exc).__name__)
+    return NORMAL
+
+
+def current() -> Job | None:
+    """This process's rank of the job it registered in (None: none, e.g. torchrun's agent hosts the store)."""
+    return _job
+
+
+def count_outs(job: Job) -> dict[int, str]:
+    """Global rank -> how it ended, for each rank that has counted out (``exited/log``), in one request that never
+    waits. Plain text, cut to 80 characters: nothing read here is run."""
+    text = (peek(job.store, f"{job.prefix}exited/log") or b"").decode(errors="replace")
     found = {}
     for line in text.splitlines():
         rank, _, how = line.partition(" ")
-        if rank.isdigit():
-            found[int(rank)] = how
+        if rank.isdigit() and len(rank) < 10:
+            found[int(rank)] = how[:80]
     return found
 
 
@@ -239,8 +266,7 @@ class _Evidence:
             self.here = self._processes_here()
         for rank, process in self.here.items():
             if rank not in self.out and rank not in self.gone and process_gone(process) and not self._out(rank):
-                self.gone[rank] = (f"is gone without counting out (its process, pid {process[1]} on this host, "
-                                   "was killed or ended without its exit hooks)")
+                self.gone[rank] = killed_here(process[1])
         found = dict(self.gone)
         for rank, why in list(_given_up.items()):  # (a live one, frozen, may still count out: read each time)
             if rank != self.job.rank and rank not in found and rank not in self.out and not self._out(rank):
@@ -295,26 +321,33 @@ def gone_besides(reports: Sequence[Any], late: Sequence[int], global_ranks: Sequ
     return f" Also gone: {'; '.join(said)}." if said else ""
 
 
-#: the most late ranks whose count-out :func:`counted_out_of` reads (a request each, at a deadline)
-COUNTED_OUT_READS = 16
-
-
 def counted_out_of(late: Sequence[int], global_ranks: Sequence[int]) -> dict[int, str]:
     """The group ranks of ``late`` (``global_ranks`` gives their global ranks) that have counted out (their process
-    ends or has ended: they come to no exchange any more), each with how (``exited normally``), read for the first
-    :data:`COUNTED_OUT_READS` of them, a request each that never waits; empty where this process registered nothing
-    or the store fails. Best effort, for an error's words."""
-    job, found = _job, {}
+    ends or has ended: they come to no exchange any more), each with how (:func:`without_coming`), read in one
+    request that never waits (:func:`count_outs`; before, a request per late rank, for the first 16); empty where
+    this process registered nothing or the store fails. Best effort, for an error's words."""
+    job = _job
     if job is None:
-        return found
+        return {}
     try:
-        for rank in [r for r in late if 0 <= r < len(global_ranks)][:COUNTED_OUT_READS]:
-            how = peek(job.store, f"{job.prefix}exited/{global_ranks[rank]}")
-            if how is not None:
-                found[rank] = f"ended its process without coming ({how.decode(errors='replace')[:80]})"
-    except Exception as exc:  # the store is gone or failing: what was read stands
+        out = count_outs(job)
+    except Exception as exc:  # the store is gone or failing: nothing to tell
         log.debug("triton_dist_tune: could not read the late ranks' count-outs: %s", exc)
-    return found
+        return {}
+    return {rank: without_coming(out[global_ranks[rank]]) for rank in late
+            if 0 <= rank < len(global_ranks) and global_ranks[rank] in out}
+
+
+def without_coming(how: str) -> str:
+    """What an error says of a rank that counted out ``how`` where its peers waited for it."""
+    return f"ended its process without coming ({how})"
+
+
+def killed_here(pid: int) -> str:
+    """What an error (or the host's log) says of a rank whose process, ``pid`` on this host, is gone without
+    counting out."""
+    return f"is gone without counting out (its process, pid {pid} on this host, was killed or ended without its exit " \
+           "hooks)"
 
 
 def gone_of(late: Sequence[int], global_ranks: Sequence[int]) -> dict[int, str]:

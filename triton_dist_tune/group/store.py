@@ -7,13 +7,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import codec, epoch, exits, passover, store_silence
+from . import codec, departed, epoch, exits, passover, store_silence
 from .channel import (
     Board,
     ExchangeError,
@@ -30,12 +30,13 @@ from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
 from .store_texts import (
     ended_message_of,
+    gone_message,
     late_message,
     silent_message,
     unresolved_message,
     withdrawn_notes,
 )
-from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, SeenFrom, quiet_store_wait, with_rank_0
+from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, SeenFrom, keyed, quiet_store_wait, with_rank_0
 from .unresolved import NOTES
 from .waiting import report_waiting, wait_in_slices
 
@@ -266,22 +267,23 @@ class StoreGroup(LeavingChannel):
     def _wait(self, keys: list[str], what: str, timeout: float, lookup: Lookup,
               poll: Callable[[], None] | None = None) -> None:
         """Wait until every key of ``keys`` is set, reading the signs of the ranks ``lookup`` names missing between
-        slices (a hint: a decision about a rank reads its key first, :func:`_keyed`); ``poll``: called before each
-        look (the keys are then polled, never waited for in one blocking request)."""
+        slices (a hint: a decision about a rank reads its key first, :func:`.store_wait.keyed`; their ends from 2 s
+        on, :mod:`.departed`); ``poll``: called before each look (the keys are then polled, not blocked on)."""
         started = time.monotonic()
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
         rank_0_by = started + 2 * min(every, BOARD_SLICE_S)  # (a look of the log from then on can tell: with_rank_0)
+        departures = departed.Departures(lookup, self.global_ranks, self.rank)  # (from 2 s on: ranks known gone)
 
         def between_slices(waited: float) -> None:
             late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
                 reports = board.read()
-                message = ended_message(reports, _keyed(lookup, late, {r.rank for r in reports if r.ended}))
+                message = ended_message(reports, keyed(lookup, late, {r.rank for r in reports if r.ended}))
                 if message is not None:
                     raise RankEnded(message + exits.gone_besides(reports, late, self.global_ranks))
-                silent = _keyed(lookup, late, board.silent(late))
+                silent = keyed(lookup, late, board.silent(late))
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     quiet, globals_ = board.quiet_s(silent), [self.global_ranks[r] for r in silent]
                     exits.given_up(globals_, f"its beat stood still for {quiet:.1f} s at '{what}'")  # (for the host)
@@ -298,6 +300,10 @@ class StoreGroup(LeavingChannel):
             if ended and not self._all_arrived(keys):
                 raise GroupTimeoutError(ended_message_of(self._waited(what, f"{time.monotonic() - started:.1f}"),
                                                          ended))
+            gone = departures.look(late, waited)  # a late rank counted out, or its process here ended: never comes
+            if gone and not self._all_arrived(keys):
+                raise GroupTimeoutError(gone_message(self._waited(what, f"{time.monotonic() - started:.1f}"), gone,
+                                                     late, self.global_ranks, timeout))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, with_rank_0(lookup, late, rank_0_by), self.global_ranks,
@@ -424,18 +430,12 @@ def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[st
         group.store, group._key(seq, "log"), group.rank), result and (lambda: group._all_arrived(result)))
 
 
-def _keyed(lookup: Lookup, late: list[int], named: Collection[int]) -> list[int]:
-    """Of the ranks ``late`` (a look's list: a hint), those in ``named`` whose key is still not set, read key by key
-    (:meth:`.store_wait.Lookup.confirm`): what a decision about them reads. No request where ``named`` is empty."""
-    return lookup.confirm([r for r in late if r in named]) if named else []
-
-
 def _keyed_notes(lookup: Lookup, late: list[int], global_ranks: Sequence[int], notes: dict[int, Note],
                  ended: dict[int, Note]) -> tuple[dict[int, Note], dict[int, Note]]:
     """The notes a look found of the ranks ``late`` (by global rank: those that stop the wait, and those of ranks
-    that ended), less those of ranks whose message is in the store after all (:func:`_keyed`)."""
+    that ended), less those of ranks whose message is in the store after all (:func:`.store_wait.keyed`)."""
     noted = {r for r in late if global_ranks[r] in {**notes, **ended}}
-    still = {global_ranks[r] for r in _keyed(lookup, late, noted)}
+    still = {global_ranks[r] for r in keyed(lookup, late, noted)}
     return ({g: n for g, n in notes.items() if g in still}, {g: n for g, n in ended.items() if g in still})
 
 

@@ -95,6 +95,20 @@ def late_message(waited: str, missing: Sequence[int], group_ranks: Sequence[int]
                                                      named_by_order(torch_name)))
 
 
+def gone_message(waited: str, gone: Mapping[int, str], missing: Sequence[int], group_ranks: Sequence[int],
+                 timeout: float) -> str:
+    """The error of a wait (``waited``: its opening) that ended before its deadline (``timeout`` s) because the group
+    ranks ``gone`` (of those ``missing``; group rank -> how it ended: :mod:`.departed`) are known gone: such a rank
+    never comes. The other missing ranks, merely late as far as this rank can tell, are named too."""
+    globals_ = [group_ranks[rank] for rank in gone]
+    said = "; ".join(f"group rank {rank} (global {group_ranks[rank]}) {why}" for rank, why in gone.items())
+    others = [rank for rank in missing if rank not in gone]
+    also = (f" Also missing, not known gone: group ranks {others} (global {[group_ranks[r] for r in others]})."
+            if others else "")
+    return (f"{waited} for group ranks {list(gone)} (global {globals_}), which will not come: Gone: {said}. This "
+            f"rank stopped waiting as soon as it read that, not at its deadline ({timeout:g} s).{also}")
+
+
 def named_by_order(torch_name: str | None) -> str:
     """Where torch named a group by the order of ``new_group`` calls (its name a number), one more cause of ranks
     that never arrive: the group's channel lives under its name, and a rank that created its groups in another order

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -300,6 +300,12 @@ class SeenFrom:
 
     def close(self, left: bool = False) -> None:
         self.peers.close(left)
+
+
+def keyed(lookup: Lookup, late: list[int], named: Collection[int]) -> list[int]:
+    """Of the ranks ``late`` (a look's list: a hint), those in ``named`` whose key is still not set, read key by key
+    (:meth:`Lookup.confirm`): what a decision about them reads. No request where ``named`` is empty."""
+    return lookup.confirm([r for r in late if r in named]) if named else []
 
 
 def with_rank_0(lookup: Lookup, late: list[int], since: float) -> list[int]:
