@@ -328,3 +328,38 @@ def test_a_config_that_leaves_an_undeclared_output_unwritten_fails_its_reference
         assert list(failed) == ["{BLOCK: 512}"], failed
         assert "wrong result: the result['y']" in failed["{BLOCK: 512}"], failed
         assert r.result["right"], r.result
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_show_and_plot_of_a_one_config_decision_say_it_was_not_timed(tmp_path):
+    """A key of one config is decided untimed (no time, no margin). Before, ``show``'s table gave its state as
+    ``measured`` with no time (the summary's table says ``untimed``), and its plot drew a stub bar noted
+    ``measured`` under a title saying ``no runner-up``: a config measured with no time to show. Both now say it was
+    not timed."""
+    pytest.importorskip("matplotlib")
+    from harness import tune_alone
+
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    cache, env = tune_alone(tmp_path, f"""
+import sys
+sys.path.insert(0, {str(HERE / "scenarios")!r})
+from other_tuners_cases import axpy_reduced, inputs
+import triton_dist_tune as tdt
+x, y = inputs(negative=False)
+one = tdt.autotune([{{"BLOCK": 128, "CLAMP": False}}], key_fn=lambda x, y, alpha: x.numel(), name="one")
+one(axpy_reduced)(x, y, 2.0)
+""")
+    [path] = list((cache / "one").glob("*.json"))
+    shown = run_cli(["show", str(path), "--cache-dir", str(cache)], base_env(env))
+    assert shown.returncode == 0, shown.stderr
+    [row] = [line for line in shown.stdout.splitlines() if line.startswith("->")]
+    assert row.split()[6] == "untimed", shown.stdout  # the state column (-> 0 - - - - untimed {BLOCK: ...})
+    fig = plots.decision_figure(read_entry(path))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any(text.startswith("not timed") and "(chosen)" in text for text in texts), texts
+    assert not any("measured" in text for text in texts), texts
+    title = fig.axes[0].get_title() + (fig._suptitle.get_text() if fig._suptitle is not None else "")
+    assert "not timed" in title and "no runner-up" not in title, title

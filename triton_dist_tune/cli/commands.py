@@ -156,7 +156,7 @@ def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
             if o.per_rank else "-"
         mark = "->" if o.index == entry.index else ""
         rows.append([mark, str(o.index), ms_text(o.time), _pct(o.spread, "±"), per_rank, str(o.samples or "-"),
-                     o.state, o.config])
+                     "untimed" if o.untimed and o.state == "measured" else o.state, o.config])
     return rows
 
 

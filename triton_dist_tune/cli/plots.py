@@ -149,6 +149,10 @@ def _keep_notes_inside(fig: Figure, ax: Axes, notes: list[tuple[plt.Text, float]
         text.set_text(text.get_text() + " ")
 
 
+#: the note of a config that ran once, untimed (the only config of its key's space after pruning): no time to draw
+UNTIMED_NOTE = "not timed: the only config of the key's space after pruning, run once"
+
+
 def _bars(ax: Axes, entry: Entry) -> list[tuple[plt.Text, float]]:
     """Draw the bars; returns each timed bar's note with where its bar ends (for :func:`_keep_notes_inside`)."""
     notes = []
@@ -169,7 +173,8 @@ def _bars(ax: Axes, entry: Entry) -> list[tuple[plt.Text, float]]:
         else:
             low = min(times) * 0.6 if log and times else 0
             ax.barh(row, top * 0.02, left=low, color=color, hatch="//" if o.state == "failed" else "..", alpha=0.6)
-            note = wrap(o.state + (f": {o.error}" if o.error else ""), 60)
+            note = wrap(UNTIMED_NOTE + (" (chosen)" if o.index == entry.index else "") if o.untimed
+                        else o.state + (f": {o.error}" if o.error else ""), 60)
             ax.text(low + top * 0.03 if not log else min(times), row, note, va="center", fontsize=8, color=color)
     labels = config_labels([o.config for o in outcomes])
     ax.set_yticks(range(len(outcomes)), [f"#{o.index} {text}" for o, text in zip(outcomes, labels, strict=True)],
@@ -218,7 +223,8 @@ def _gpu(entry: Entry) -> str:
 
 
 def _title(entry: Entry) -> str:
-    margin = f"+{100 * entry.margin:.1f}% over #{entry.runner_up}" if entry.margin is not None else "no runner-up"
+    margin = f"+{100 * entry.margin:.1f}% over #{entry.runner_up}" if entry.margin is not None else \
+        "not timed: the only config" if entry.untimed else "no runner-up"
     return (f"{wrap(entry.function + (' / ' + entry.kernel if entry.kernel else ''), TITLE_WIDTH)}\n"
             f"key={wrap(entry.key, 100)}\n"
             + wrap(f"chosen #{entry.index} ({margin}{', within the measured noise' if entry.near_tie else ''}); "
