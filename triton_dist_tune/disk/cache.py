@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import time
 from pathlib import Path
@@ -225,12 +226,35 @@ class DiskCache:
                 **decision}
         created = data.get("created")
         data["served"] = created if type(created) in (int, float) else time.time()
+        data = within_read_limit(data)
         try:
             done = write(self.path(entry), data)
         except OSError as exc:  # a full disk's error names no file: say which
             raise OSError(exc.errno, f"{exc.strerror or exc} (writing {self.path(entry)})") from exc
         remember(self.folder.parent, data["versions"])  # for ``list`` and ``show``: they need not import torch
         return done
+
+
+#: outcomes past which a record's size is worked out before it is written (fewer are far below the read limit)
+SIZED_ABOVE = 10_000
+
+
+def within_read_limit(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a decision's record) as written so that every reader reads it: one over
+    :data:`~.entries.MAX_ENTRY_BYTES`, which a reader refuses unread, is one of a space of some 160,000 configs or
+    more, almost all pruned (or never screened), so their outcomes keep only index, config, state and error, and
+    where that is still too much they are left out (``pruned_left_out``: how many). Before, such a record was written
+    whole and refused by the tuner's next read of it: the key was tuned again in every job."""
+    outcomes = data.get("measurements") or []
+    if len(outcomes) <= SIZED_ABOVE or len(json.dumps(data, indent=1, sort_keys=True)) <= MAX_ENTRY_BYTES:
+        return data
+    kept = ("index", "config", "state", "error")
+    compact = [{k: o[k] for k in kept if o.get(k) is not None} if o.get("state") == "pruned" else o for o in outcomes]
+    smaller = {**data, "measurements": compact}
+    if len(json.dumps(smaller, indent=1, sort_keys=True)) <= MAX_ENTRY_BYTES:
+        return smaller
+    left = [o for o in outcomes if o.get("state") != "pruned"]
+    return {**data, "measurements": left, "pruned_left_out": len(outcomes) - len(left)}
 
 
 def _cut_short(folder: Path, entry: str, path: Path) -> None:
