@@ -206,6 +206,23 @@ def test_a_config_checked_before_any_writer_of_an_undeclared_output_fails_once_o
     assert "found when config 1, checked later, wrote it" in errors[0], errors
 
 
+
+@pytest.mark.timeout(200)
+def test_a_sharded_tuning_fails_a_config_that_left_an_output_another_ranks_config_wrote(tmp_path):
+    """``sharded=True`` on 2 ranks: the config that launches no program is checked on rank 0, the one that writes the
+    undeclared output ``y`` on rank 1. Before, rank 0 saw no writer, its config passed, and launching nothing it was
+    chosen on both ranks with ``y`` left unwritten (the closing review's reproduction). Now the ranks' reports,
+    exchanged with the sharded results, fail it on every rank with the same error."""
+    results = run_ranks(CASES, 2, ["unwritten_sharded"], env=tuner_env(tmp_path, 30), timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    errors = []
+    for r in results:
+        assert list(r.result["failed"]) == ["{BLOCK: 512}"], r.result
+        assert r.result["chosen"] == "{BLOCK: 64}" and r.result["right"], r.result
+        errors.append(r.result["failed"]["{BLOCK: 512}"])
+    assert len(set(errors)) == 1, errors
+    assert errors[0].startswith("rank 0: wrong result") and "measured on another rank wrote it" in errors[0], errors
+
 @pytest.mark.timeout(200)
 def test_a_tuner_variable_it_does_not_read_is_said_once_with_what_to_set(tmp_path):
     """Helion's ``HELION_FORCE_AUTOTUNE=1`` carried over with this package's prefix, and a misspelt ``ALWAYS_TUNE``

@@ -271,5 +271,21 @@ def unwritten_first():
          right=bool(torch.equal(y, torch.arange(256, dtype=torch.float32) + 2 * x)))
 
 
+
+@case
+def unwritten_sharded():
+    """:func:`unwritten_first` with ``sharded=True`` on 2 ranks, ``x`` ones on both: rank 0 checks the config that
+    launches no program (``BLOCK=512``), rank 1 the one that writes ``y`` (``BLOCK=64``). Neither rank alone sees both,
+    so only the ranks' reports together find config 0 wrong; every rank must fail it alike. Before, it passed on
+    rank 0, launching nothing it was the fastest, and it was chosen: ``y`` left unwritten."""
+    tdt.init_distributed()
+    tuned = tdt.autotune([{"BLOCK": block} for block in (512, 64)], key_fn=lambda x, y, alpha: x.numel(),
+                         ref_prog=axpy_reference, n_repeat=2, sharded=True)(axpy_into)
+    x, y = torch.ones(256), torch.arange(256, dtype=torch.float32)
+    tuned(x, y, 2.0)
+    decision = tuned.tuner.decisions[next(iter(tuned.tuner.decisions))]
+    emit(failed={str(o.config): o.error for o in decision.outcomes if o.error}, chosen=decision.config,
+         right=bool(torch.equal(y, torch.arange(256, dtype=torch.float32) + 2)))
+
 if __name__ == "__main__":
     main()

@@ -79,3 +79,20 @@ class LateChecks:
             if index in per_call or (index in outcomes and outcomes[index].state != "failed"):
                 per_call.pop(index, None)
                 outcomes[index] = outcome
+
+
+def unwritten_across(reports: list[Any]) -> dict[int, str]:
+    """The configs a sharded tuning finds wrong from every rank's :meth:`~.trial.Trial.unwritten_report` (by group
+    rank; the same list on every rank, so the same verdicts): a config that passed on its rank leaving an undeclared
+    output as the caller had it, where a config measured on another rank wrote that output. Within one rank's share
+    :meth:`~.trial.Trial.take_late` finds them already; this is the case of the writer in another rank's share."""
+    written = {name for names, _ in reports for name in names}
+    found: dict[int, str] = {}
+    for rank, (_, left) in enumerate(reports):
+        for name, (verdict, indices) in sorted(left.items()):
+            if name in written:
+                for index in indices:
+                    found.setdefault(index, f"rank {rank}: {verdict} (left as the caller had it; found when a "
+                                            "config measured on another rank wrote it)")
+    return found
+

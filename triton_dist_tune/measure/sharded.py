@@ -26,6 +26,7 @@ from ..records import Outcome
 from ..stats import median, spread
 from . import timing
 from .budget import LEFT_OUT
+from .late import unwritten_across
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
@@ -87,7 +88,8 @@ class Sharding:
         what = f"{self.label} sharded results"
         try:
             share = -(-configs // self.group.size)  # the most configs one rank measures
-            shared = self.group.allgather(mine, what, watch.arrive(0, what, self.share_timeout(share)))
+            shared = self.group.allgather((mine, self.trial.unwritten_report()), what,
+                                          watch.arrive(0, what, self.share_timeout(share)))
             watch.passed(0)
         except GroupTimeoutError:
             if self._deferred is None:
@@ -97,7 +99,14 @@ class Sharding:
             poisoned = next(o for o in mine if o.error == self._deferred)
             self._stop_if_poisoned(poisoned.index, poisoned.config, self._deferred)
             raise
-        outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        outcomes = sorted((outcome for outcomes, _ in shared for outcome in outcomes), key=lambda o: o.index)
+        late = unwritten_across([report for _, report in shared])  # (the same on every rank: :mod:`~.late`)
+        own = {o.index for o in mine}
+        for k, outcome in enumerate(outcomes):
+            if outcome.index in late and outcome.state != "failed":  # journaled by the rank that measured it
+                text = late[outcome.index]
+                outcomes[k] = (self._failed(outcome.index, outcome.config, text, sharded=True) if outcome.index in own
+                               else Outcome(outcome.index, outcome.config, "failed", error=text))
         left_out = any(o.state == "pruned" and o.error == LEFT_OUT for o in outcomes)  # the same on every rank
         self.budget.cut = self.budget.cut or left_out
         for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank

@@ -158,6 +158,14 @@ class Trial:
                 if name not in self.written_by_runs and index >= 0:
                     self.left_unwritten.setdefault(name, []).append(index)
 
+    def unwritten_report(self) -> tuple[list[str], dict[str, tuple[str, list[int]]]]:
+        """For a sharded tuning, whose ranks each check a share of the configs: the undeclared outputs some config's
+        run on this rank wrote (sorted), and per output none wrote here, ``ref_prog``'s verdict on the caller's
+        values and the configs that passed leaving it so (:func:`~.late.unwritten_across` reads every rank's)."""
+        stale = self.stale or {}
+        return sorted(self.written_by_runs), {name: (stale[name], list(indices))
+                                              for name, indices in sorted(self.left_unwritten.items()) if indices}
+
     def take_late(self) -> dict[int, str]:
         """The configs found wrong after their own check since the last call (:attr:`found_late`), for the group."""
         late, self.found_late = self.found_late, {}
