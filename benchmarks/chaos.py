@@ -51,7 +51,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,6 +60,9 @@ from pathlib import Path
 from typing import Any
 
 from _chaos_options import chaos_parser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from ports import free_port  # noqa: E402  (a pytest-xdist worker's own slice: two workers' jobs never meet)
 
 HERE = Path(__file__).resolve().parent
 RANK_SCRIPT = HERE / "_chaos_rank.py"
@@ -126,19 +128,6 @@ class Job:
     violations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  #: what is documented yet worth a look (the backstop's ends)
     folder: str = ""
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range (whose ports outgoing connections take)."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def proc_state(pid: int) -> str:
