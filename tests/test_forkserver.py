@@ -376,7 +376,7 @@ def test_a_jobs_port_is_outside_the_kernels_ephemeral_range_and_free(monkeypatch
     that way before a job's store listened on it (EADDRINUSE beside the suite): the jobs' ports lie below it, in
     the worker's slice, and nothing listens there. Every worker has a slice of its own, however many there are
     (before, with 2,000 ports each, the workers past the tenth had none: 16 workers failed this test)."""
-    from harness import PORTS_FROM, ephemeral_ports, free_port, port_slice
+    from ports import PORTS_FROM, ephemeral_ports, free_port, port_slice
 
     low = ephemeral_ports()[0]
     assert low > PORTS_FROM + 17 * 200, "this machine's ephemeral range starts too low for the test"
