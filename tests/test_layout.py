@@ -138,34 +138,24 @@ GONE_T = 60
 
 
 @pytest.mark.timeout(150)
-def test_a_rank_killed_before_its_first_call_is_named_gone_by_its_peer_within_seconds(tmp_path):
-    # rank 3 killed before its TP group's first exchange: no beat of it exists yet, but its process record names a
-    # process of this host that /proc no longer has: its peer raises within seconds, saying the process is gone,
-    # without the group-name hint (a dead rank names no group). Was: the peer waited T (60 s), then said so; before
-    # that, "which never arrived: they crashed, hung, or called ..." and the hint, as for a rank alive elsewhere
-    results = run_ranks(CASES, 4, ["a_rank_killed_before_its_first_call"], env=tuner_env(tmp_path, GONE_T),
-                        timeout=130)
-    assert [r.returncode for r in results] == [0, 0, 0, -signal.SIGKILL], describe(results)
+@pytest.mark.parametrize(("case", "rank_3_ends", "named"), [
+    ("a_rank_killed_before_its_first_call", -signal.SIGKILL,
+     "Gone: group rank 1 (global 3) is gone without counting out (its process, pid "),
+    ("a_rank_crashing_before_its_first_call", 1,
+     "Gone: group rank 1 (global 3) ended its process without coming (exited on an uncaught RuntimeError)."),
+])
+def test_a_rank_gone_before_its_first_call_is_named_so_by_its_peer_within_seconds(tmp_path, case, rank_3_ends, named):
+    # rank 3 is killed, or its program ends on an uncaught error (its exit hooks run and count it out, saying how),
+    # before its TP group's first exchange: no beat of it exists yet, but its process record names a process of this
+    # host that /proc no longer has, or its count-out says how it ended: its peer raises within seconds, without the
+    # group-name hint (a dead rank names no group). Was: the peer waited T (60 s); a crash counted out as "exited
+    # normally"; before that, "which never arrived: they crashed, hung, or called ..." and the hint
+    results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, GONE_T), timeout=130)
+    assert [r.returncode for r in results] == [0, 0, 0, rank_3_ends], describe(results)
     assert [r.result["error"] for r in results[:3]] == [None, None, "GroupTimeoutError"], describe(results)
     said = results[2].result["message"]
-    assert "for group ranks [1] (global [3]), which will not come" in said, said
-    assert "Gone: group rank 1 (global 3) is gone without counting out (its process, pid " in said, said
+    assert "for group ranks [1] (global [3]), which will not come" in said and named in said, said
     assert "another name" not in said, said
-    assert results[2].result["seconds"] < GONE_T / 4, results[2].result
-
-
-@pytest.mark.timeout(150)
-def test_a_rank_crashing_before_its_first_call_is_named_so_by_its_peer_within_seconds(tmp_path):
-    # rank 3's program ends on an uncaught error before its TP group's first exchange: its exit hooks run and count
-    # it out, saying how; its peer reads that and raises within seconds. Was: the peer waited T (60 s), and the
-    # count-out said "exited normally"
-    results = run_ranks(CASES, 4, ["a_rank_crashing_before_its_first_call"], env=tuner_env(tmp_path, GONE_T),
-                        timeout=130)
-    assert [r.returncode for r in results] == [0, 0, 0, 1], describe(results)
-    assert [r.result["error"] for r in results[:3]] == [None, None, "GroupTimeoutError"], describe(results)
-    said = results[2].result["message"]
-    assert ("Gone: group rank 1 (global 3) ended its process without coming (exited on an uncaught RuntimeError)."
-            in said), said
     assert results[2].result["seconds"] < GONE_T / 4, results[2].result
 
 
