@@ -235,7 +235,7 @@ def test_a_waiting_rank_reads_its_late_ranks_ends_once_a_second_from_2_s_on_and_
     """A rank waiting at an exchange looks whether its late ranks have ended (counted out, or gone from this host's
     /proc: ``group/departed.py``) from 2 s into the wait on, once a second: one read of the log of count-outs per
     look, and the late ranks' process records once per process (``check`` and ``multi_get``). A barrier where nobody
-    waits 2 s reads nothing of it. Rank 2 comes 5 s, then 3.5 s, late (alive: the barriers complete)."""
+    waits 2 s reads nothing of it. Rank 2 comes 8 s, then 6 s, late (alive: the barriers complete)."""
     for r in run("ends_looked_at", 3, tuner_env(tmp_path, 60)):
         steps = r["steps"]
         if steps["on time"]["seconds"] < 1.5:  # (a loaded machine may hold a rank that long: then it may look)
@@ -244,7 +244,7 @@ def test_a_waiting_rank_reads_its_late_ranks_ends_once_a_second_from_2_s_on_and_
             continue
         late, again = steps["late"], steps["late again"]
         assert late["seconds"] > 4 and again["seconds"] > 3, r
-        assert 2 <= late["log"] <= late["seconds"] - 1, r  # (looks at about 2, 3 and 4 s)
+        assert 2 <= late["log"] <= late["seconds"] - 1, r  # (looks at about 2, 3, ... 7 s)
         assert late["records"] == 2, r  # rank 2's record: a check and a multi_get, once
         assert 1 <= again["log"] <= again["seconds"] - 1 and again["records"] == 0, r  # (read already)
 

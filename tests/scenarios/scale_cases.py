@@ -615,9 +615,10 @@ class EndsRead:
 
 @case
 def ends_looked_at():
-    """3 ranks: a barrier where nobody waits, then two where rank 2 comes 5 s, then 3.5 s, after the others (alive:
-    they wait for it). How many requests each waiting rank made at each to read the ranks' ends (the log of
-    count-outs, the process records), and how long it waited there."""
+    """3 ranks: a barrier where nobody waits, then two where rank 2 comes 8 s, then 6 s, after the others (alive:
+    they wait for it; twice the seconds the test needs a wait to last, so that a loaded machine that holds a waiting
+    rank back cannot make its wait too short). How many requests each waiting rank made at each to read the ranks'
+    ends (the log of count-outs, the process records), and how long it waited there."""
     from triton_dist_tune.group import exits
 
     group = resolve_group(tdt.init_distributed(backend="gloo"))
@@ -625,7 +626,7 @@ def ends_looked_at():
     counted = job.store = EndsRead(job.store)
     group.barrier("warm")
     steps = {}
-    for what, late_s in (("on time", 0.0), ("late", 5.0), ("late again", 3.5)):
+    for what, late_s in (("on time", 0.0), ("late", 8.0), ("late again", 6.0)):
         counted.log = counted.records = 0
         if group.rank == 2:
             time.sleep(late_s)
