@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +28,7 @@ from .leaving import LeavingChannel
 from .messages import Message, combine_payloads, pack, unpack
 from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
+from .store_parts import arrivals, tidy, write_part
 from .store_texts import (
     ended_message_of,
     gone_message,
@@ -36,7 +37,7 @@ from .store_texts import (
     unresolved_message,
     withdrawn_notes,
 )
-from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, SeenFrom, keyed, quiet_store_wait, with_rank_0
+from .store_wait import Lookup, Pace, SeenFrom, keyed, quiet_store_wait, with_rank_0
 from .unresolved import NOTES
 from .waiting import report_waiting, wait_in_slices
 
@@ -156,7 +157,7 @@ class StoreGroup(LeavingChannel):
                     log.debug("triton_dist_tune: exchange %d of group '%s' is void: %s", seq, self.title, exc)
                     continue
                 if back is not None:  # every rank is past the exchange this rank's "left" record lies at: deleted
-                    _tidy(self, back[0])
+                    tidy(self, back[0])
                 return result
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
@@ -164,36 +165,36 @@ class StoreGroup(LeavingChannel):
         keys = [self._key(seq, r) for r in range(1, self.size)]
         started = time.monotonic()
         with _undone_on_a_note(self, seq, None):
-            self._wait(keys, what, timeout, _arrivals(self, seq, range(1, self.size)))
+            self._wait(keys, what, timeout, arrivals(self, seq, range(1, self.size)))
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
         until = time.monotonic() + passover.grace(timeout)  # (one grace for all the records the exchange reads)
         payloads = [passover.settle(self, keys[r - 1], bytes(payloads[r - 1]), r, until) for r in range(1, self.size)]
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
-        _write_part(self, seq, "all", lambda: payload, what, started, timeout)
+        write_part(self, seq, "all", lambda: payload, what, started, timeout)
         # the result two exchanges back: every rank has read it, as it wrote its message of the last exchange after
         # reading it. Not the last one: a message an outsider pre-wrote for a rank lets rank 0 through an exchange
         # that rank has not reached, and that rank must still find the last result to reach the forged key and
         # tell everyone (at the exchange after, which rank 0 cannot pass without it)
         if seq > 2:
-            _tidy(self, self._key(seq - 2, "all"))
+            tidy(self, self._key(seq - 2, "all"))
         return unpack(payload, what, 0, self.turn_began())
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         started = time.monotonic()
-        _write_part(self, seq, self.rank, lambda: pack(obj, self.rank, what), what, started, timeout)
+        write_part(self, seq, self.rank, lambda: pack(obj, self.rank, what), what, started, timeout)
         return self._receive(seq, what, timeout, started)
 
     def _receive(self, seq: int, what: str, timeout: float, started: float, again: bool = False) -> Any:
         """The result of exchange ``seq``, this rank's message written (``again``: read at a later call, after an
         interruption ended the wait: a "left" record of rank 0 there is raised as such, never settled)."""
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
+        peers = arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
         with _undone_on_a_note(self, seq, mine):
             self._wait([combined], what, timeout, SeenFrom(peers))
         payload = bytes(self._request(lambda: self.store.get(combined), what, started))
         if not again:
             payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
-        _tidy(self, mine)  # rank 0 has read it: it wrote the result
+        tidy(self, mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank, None if again else self.turn_began())
 
     def exchanges(self) -> int:
@@ -368,66 +369,6 @@ def _undone_on_a_note(group: StoreGroup, seq: int, mine: str | None) -> Iterator
             if group._seq == seq:
                 group._seq = seq - 1
         raise
-
-
-def _write_part(group: StoreGroup, seq: int, slot: int | str, payload_of: Callable[[], bytes], what: str,
-                started: float, timeout: float) -> None:
-    """Write this rank's part of exchange ``seq`` (its message; rank 0: the result) and count it written
-    (:func:`_counted`). An interruption raised as the write returns (a signal that came during the
-    store's request: Python runs its handler then) finds the part in the store, where a peer may have read it
-    already: counted written too, as where the interruption comes right after. Before, the rank's "left" record
-    (:meth:`~.leaving.LeavingChannel.leave`) went over it, unseen by a peer that had read it: the rank's call again
-    began one exchange behind its peers', and each later call raised ``ExchangeError`` or ``MismatchError``."""
-    payload: list[bytes] = []
-
-    def write() -> None:
-        payload.append(payload_of())
-        group._write_new(seq, slot, payload[0], what)
-
-    try:
-        group._request(write, what, started)
-    except BaseException as exc:
-        if isinstance(exc, Exception) or not payload or not _holds(group, group._key(seq, slot), payload[0]):
-            raise
-        _counted(group, seq, what, timeout)
-        raise
-    _counted(group, seq, what, timeout)
-
-
-def _counted(group: StoreGroup, seq: int, what: str, timeout: float) -> None:
-    """This rank's part of exchange ``seq`` is written: an interruption from here on leaves the result to read at
-    its next call (:meth:`~.leaving.LeavingChannel.keep_unread`). Group rank 0 too, whose result it wrote: before, an
-    interruption after it wrote the result of the exchange that ends a tuning, before its caller kept the decision,
-    left the key decided on its peers alone; its next call of it tuned it again against their next call."""
-    group._sent, group._awaited = seq, (seq, what, timeout)
-
-
-def _holds(group: StoreGroup, key: str, payload: bytes) -> bool:
-    """Whether the store holds ``payload`` under ``key`` (False where it cannot be read)."""
-    try:
-        return bool(group.store.check([key])) and bytes(group.store.get(key)) == bytes(payload)
-    except Exception:
-        return False
-
-
-def _tidy(group: StoreGroup, key: str) -> None:
-    """Delete a key every rank has read: the exchange is complete without it, so a store already gone (its
-    host ended after the exchange) is no error here; the next exchange, if any, says so."""
-    try:
-        group.store.delete_key(key)
-    except (AutotuneError, BadInputError):
-        raise
-    except Exception as exc:
-        log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
-
-
-def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[str] | None = None) -> Arrivals:
-    """The look-up of which of ``ranks`` wrote their message of exchange ``seq``, through its log of arrivals
-    (:class:`.store_wait.ArrivalLog`: each rank whose wait outlasts its first slice appends itself at its first look;
-    none where all come within a slice), and, for a rank other than 0, the ``result`` key: its peers delete their
-    messages once they have read it (:class:`.store_wait.Arrivals`' ``done``)."""
-    return Arrivals({r: group._key(seq, r) for r in ranks}, group._all_arrived, ArrivalLog(
-        group.store, group._key(seq, "log"), group.rank), result and (lambda: group._all_arrived(result)))
 
 
 def _keyed_notes(lookup: Lookup, late: list[int], global_ranks: Sequence[int], notes: dict[int, Note],
