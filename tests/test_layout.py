@@ -100,21 +100,57 @@ def test_replicas_that_see_other_shapes_are_a_mismatch_naming_the_replicas_group
         assert f"the replicas linked by group '{linked}' differ in key" in r.result["message"], r.result
 
 
+#: the exchanges' timeout of the tests of groups created in different orders: the ranks raise well within a quarter
+#: of it (a waiting rank writes its group's name from 2 s into a wait on, and reads a missing rank's from 3 s on)
+NAMES_T = 60
+
+
 @pytest.mark.timeout(120)
-def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwise_there(tmp_path):
+@pytest.mark.parametrize("case", ["groups_created_in_another_order_on_one_rank",
+                                  "groups_created_in_another_order_on_one_rank_coming_late"])
+def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwise_there(tmp_path, case):
     # rank 0 knows the TP group as torch's group '1', rank 1 as '2': their channels live under different names and
-    # never meet. Each rank still raises at T (no rank can see the other's name), but the message now names this
-    # cause and this rank's name of the group. Was: "which never arrived: they crashed, hung, or called the tuned
-    # function with another autotune_pg or key, ..." alone, where both ranks had come and waited
-    results = run_ranks(CASES, 2, ["groups_created_in_another_order_on_one_rank"], env=tuner_env(tmp_path, 4),
-                        timeout=90)
+    # never meet. Each rank, waiting at its group's first exchange, writes the name it waits under and reads the
+    # other's: both raise BadInputError within seconds, naming both names. Was: GroupTimeoutError after T on both,
+    # whose message could only guess at this cause ("Or they know this group by another name"). Rank 1 coming 1.5 s
+    # late: rank 0 raises a look before rank 1 reads its name, which rank 0 leaves in the store for it
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, NAMES_T), timeout=100)
     assert all(r.returncode == 0 for r in results), describe(results)
-    for r, name in zip(results, ("1", "2"), strict=True):
-        assert r.result["error"] == "GroupTimeoutError", describe(results)
-        assert "which never arrived" in r.result["message"], r.result
-        assert (f"Or they know this group by another name: torch named it '{name}' here, by the order of this "
-                "rank's new_group calls") in r.result["message"], r.result
-        assert "use_local_synchronization=True" in r.result["message"], r.result
+    for r, (name, there) in zip(results, (("1", "2"), ("2", "1")), strict=True):
+        assert r.result["error"] == "BadInputError", describe(results)
+        message = r.result["message"]
+        assert f"the first exchange of the group torch named '{name}' here" in message, r.result
+        assert f"global rank {1 - r.rank} at the group it knows as '{there}'" in message, r.result
+        assert "global ranks [0, 1]" in message and "use_local_synchronization=True" in message, r.result
+        assert r.result["seconds"] < NAMES_T / 4, r.result
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["groups_created_in_one_order_both_tuned", "groups_created_in_one_order_a_rank_late"])
+def test_groups_of_the_same_ranks_created_in_one_order_are_tuned_early_rank_or_late(tmp_path, case):
+    # two groups of the same ranks on every rank, created in one order, tuned one after the other: no rank is told
+    # its peer waits elsewhere, whether both come at once or one comes 5 s late to each group's first exchange (the
+    # other waits past its look at the late rank's name, which the late rank has not written: it is not waiting)
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, NAMES_T), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert [x["error"] for x in r.results] == [None, None], describe(results)
+    if case.endswith("late"):
+        waited = [results[0].results[0]["seconds"], results[1].results[1]["seconds"]]
+        assert all(w > 3.5 for w in waited), describe(results)  # (past the first read of the late rank's name)
+
+
+@pytest.mark.timeout(120)
+def test_groups_of_the_same_ranks_tuned_from_two_threads_in_other_orders_are_waited_for(tmp_path):
+    # each rank's first wait stands 5 s at one group while its peer's stands at the other (threads of each process
+    # come to both): legitimate, so nothing is written or read, and both tunings complete. A look at the names here
+    # would have read the peer waiting at the other group and raised
+    results = run_ranks(CASES, 2, ["groups_tuned_from_two_threads_in_other_orders"],
+                        env=tuner_env(tmp_path, NAMES_T), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert [x["error"] for x in r.results] == [None, None], describe(results)
+        assert max(x["seconds"] for x in r.results) > 3.5, describe(results)  # (a wait past the looks' start)
 
 
 @pytest.mark.timeout(120)

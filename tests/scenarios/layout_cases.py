@@ -11,6 +11,7 @@ import atexit
 import os
 import signal
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -140,13 +141,72 @@ def groups_created_in_another_order_on_one_rank():
     """2 ranks, two groups of both ranks (a TP group and another): rank 1 creates them in the other order, so torch
     names the TP group '1' on rank 0 and '2' on rank 1 (the creations still pair up: each pair has the same ranks,
     and torch checks nothing more). Both ranks tune on their TP group."""
+    groups_in_other_orders(late_s=0.0)
+
+
+@case
+def groups_created_in_another_order_on_one_rank_coming_late():
+    """As :func:`groups_created_in_another_order_on_one_rank`, rank 1 calling 1.5 s after rank 0: rank 0 finds rank
+    1's name a look before rank 1 finds rank 0's, which rank 0 leaves in the store as it raises."""
+    groups_in_other_orders(late_s=1.5)
+
+
+def groups_in_other_orders(late_s: float) -> None:
     tdt.init_distributed()
     me = dist.get_rank()
     if me == 0:
         tp, _other = dist.new_group([0, 1]), dist.new_group([0, 1])
     else:
         _other, tp = dist.new_group([0, 1]), dist.new_group([0, 1])
+        time.sleep(late_s)
     call(layer("named_by_order"), autotune_pg=tp)
+
+
+@case
+def groups_created_in_one_order_both_tuned():
+    """2 ranks, two groups of both ranks created in the same order on both: each rank tunes on the first, then on
+    the second (torch names them '1' and '2' on both ranks)."""
+    groups_in_one_order(late_s=0.0)
+
+
+@case
+def groups_created_in_one_order_a_rank_late():
+    """As :func:`groups_created_in_one_order_both_tuned`, rank 1 coming to the first group's tuning 5 s late, rank 0
+    to the second's: each waits at a group's first exchange for a rank merely late, past the look at its name."""
+    groups_in_one_order(late_s=5.0)
+
+
+@case
+def groups_tuned_from_two_threads_in_other_orders():
+    """2 ranks, two groups of both ranks created in one order, each tuned from a thread of its own: on rank 0 the
+    first group's thread calls at once and the second's 5 s later, on rank 1 the other way round. Each rank's first
+    wait stands at one group while its peer's stands at the other, 5 s long, and both complete: a thread of each
+    process comes to the other group."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    groups = {"first_group": dist.new_group([0, 1]), "second_group": dist.new_group([0, 1])}
+    late = "second_group" if me == 0 else "first_group"
+
+    def tune(name: str) -> None:
+        if name == late:
+            time.sleep(5.0)
+        call(layer(name), autotune_pg=groups[name])
+
+    threads = [threading.Thread(target=tune, args=(name,), name=name) for name in groups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def groups_in_one_order(late_s: float) -> None:
+    tdt.init_distributed()
+    me = dist.get_rank()
+    first, second = dist.new_group([0, 1]), dist.new_group([0, 1])
+    for late_rank, group, name in ((1, first, "first_group"), (0, second, "second_group")):
+        if me == late_rank:
+            time.sleep(late_s)
+        call(layer(name), autotune_pg=group)
 
 
 @case

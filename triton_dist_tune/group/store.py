@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import threading
@@ -13,7 +12,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import codec, departed, epoch, exits, passover, store_silence
+from . import codec, departed, epoch, exits, names, passover, store_silence
 from .channel import (
     Board,
     ExchangeError,
@@ -59,8 +58,7 @@ def namespace(name: str, global_ranks: Sequence[int], attempt: object, incarnati
     Two groups share a prefix only if they have the same name *and* the same ranks in the same attempt, so groups
     that two ranks created in different orders (and so named alike) never read each other's keys.
     """
-    ranks = hashlib.sha256(",".join(map(str, global_ranks)).encode()).hexdigest()[:8]
-    return f"tdt/{attempt}/{name}/{ranks}/{incarnation}/"
+    return f"tdt/{attempt}/{name}/{names.fingerprint(global_ranks)}/{incarnation}/"
 
 
 class StoreGroup(LeavingChannel):
@@ -108,6 +106,8 @@ class StoreGroup(LeavingChannel):
         self._notice = 0
         self._lock = threading.Lock()
         self._board: StoreBoard | None = None
+        #: whether an exchange of this channel has completed (before: its ranks may know the group by other names)
+        self._met = False
 
     @property
     def store(self) -> Any:
@@ -158,6 +158,7 @@ class StoreGroup(LeavingChannel):
                     continue
                 if back is not None:  # every rank is past the exchange this rank's "left" record lies at: deleted
                     tidy(self, back[0])
+                self._met = True
                 return result
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
@@ -269,13 +270,15 @@ class StoreGroup(LeavingChannel):
               poll: Callable[[], None] | None = None) -> None:
         """Wait until every key of ``keys`` is set, reading the signs of the ranks ``lookup`` names missing between
         slices (a hint: a decision about a rank reads its key first, :func:`.store_wait.keyed`; their ends from 2 s
-        on, :mod:`.departed`); ``poll``: called before each look (the keys are then polled, not blocked on)."""
+        on, :mod:`.departed`; at the channel's first exchange, whether they wait at another group of the same
+        ranks, :mod:`.names`); ``poll``: called before each look (the keys are then polled, not blocked on)."""
         started = time.monotonic()
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
         rank_0_by = started + 2 * min(every, BOARD_SLICE_S)  # (a look of the log from then on can tell: with_rank_0)
         departures = departed.Departures(lookup, self.global_ranks, self.rank)  # (from 2 s on: ranks known gone)
+        named = names.Names(self.name, self.global_ranks, self.rank, not self._met)  # (ranks waiting elsewhere)
 
         def between_slices(waited: float) -> None:
             late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
@@ -305,6 +308,12 @@ class StoreGroup(LeavingChannel):
             if gone and not self._all_arrived(keys):
                 raise GroupTimeoutError(gone_message(self._waited(what, f"{time.monotonic() - started:.1f}"), gone,
                                                      late, self.global_ranks, timeout))
+            elsewhere = named.look(late, waited)  # a late rank waits at another group of these ranks: never comes
+            elsewhere = {r: elsewhere[r] for r in lookup.confirm(list(elsewhere))} if elsewhere else {}
+            if elsewhere and not self._all_arrived(keys):
+                named.leave()
+                raise BadInputError(names.named_otherwise_message(
+                    self._waited(what, f"{time.monotonic() - started:.1f}"), self.name, self.global_ranks, elsewhere))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, with_rank_0(lookup, late, rank_0_by), self.global_ranks,
@@ -337,6 +346,7 @@ class StoreGroup(LeavingChannel):
                     + withdrawn_notes(self.store, self.global_ranks, late, where)
             raise GroupTimeoutError(message) from exc
         finally:
+            named.close()
             lookup.close(left)
 
     def _waited(self, what: str, seconds: str) -> str:

@@ -1,0 +1,166 @@
+"""While a rank waits at a torch group's first exchange, whether a rank it waits for waits at the first exchange of
+another group of the same global ranks: the ranks created their groups in different orders, so torch named the
+group otherwise there (torch names a group by how many ``new_group`` calls came before it on each rank), and the
+two waits can never meet (:class:`Names`). Before, each rank waited the whole ``T`` (300 s by default) and its
+error could only guess at this cause.
+
+Why such a pair of waits cannot be right: a rank's waits only ever stand at one place while its tunings run from one
+thread, so a rank that waits at group ``'1'`` (its name here) cannot come to group ``'2'`` before that wait ends,
+and a peer that waits at ``'2'``, a group of the same ranks whose first exchange needs this rank too, cannot come to
+``'1'`` before its own ends: neither wait ends but by its deadline. So a rank writes, and reads, only while no
+other thread of its process could run the user's code (:func:`alone`: every other live Python thread is one the
+tuner started); a process that tunes from several threads, or runs any thread of its own beside the waiting one,
+writes and reads nothing, and its waits end as before (a thread of it could yet come to the other group).
+
+What a look writes and reads (under the attempt's prefix ``P`` of :mod:`.exits`; a group's global ranks ``R``,
+fingerprinted as in the group's namespace):
+
+- nothing during a wait's first :data:`WRITE_S` seconds, nor at any exchange but a channel's first (where ranks
+  that name a group otherwise meet; at a later one they have met), nor where this process registered in no job;
+- at the first look from :data:`WRITE_S` seconds on: ``P groups/<R>/<global rank>`` set to the name this rank knows
+  the group by (one request, once per wait); deleted as the wait ends (one request);
+- at each look from the next one on (once a second): one of the missing ranks' keys, in turn (one request that never
+  waits, :func:`~.store_peek.peek`), with group rank 0 among them for a rank other than 0 (it writes no message
+  to be seen missing). A key that names another group means that rank waits there: :class:`Names` says so, and the
+  wait raises :class:`~triton_dist_tune.errors.BadInputError` (a call's group that cannot be used as given) after
+  confirming that the rank's message is still missing. A rank merely late has no key (it is not waiting): waited
+  for. A key naming this same group: waited for.
+
+What is read is plain text (a name of at most :data:`NAME_CHARS` characters), never run. A job whose store
+torchrun's agent hosts registers no job in :mod:`.exits`, and an mpi4py communicator has no store: nothing is
+written or read there, and the peers wait ``T`` as before (the timeout's error names this cause among others).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+
+from . import exits
+from .departed import LOOK_S, START_S
+from .store_peek import peek
+
+log = logging.getLogger("triton_dist_tune")
+
+#: the seconds of a wait before its rank writes the name it waits under (the first look at its late ranks' ends)
+WRITE_S = START_S
+#: the longest name read: torch's names are numbers, or a hash of the ranks (``use_local_synchronization``)
+NAME_CHARS = 80
+#: the names of the threads the tuner starts (its watchdog, beats, clients, compile pools): none runs the user's code
+TUNER_THREADS = ("tdt-", "triton_dist_tune-")
+
+
+def alone() -> bool:
+    """Whether every live Python thread of this process but this one is the tuner's own (:data:`TUNER_THREADS`):
+    no other thread can come to a group's exchange while this one waits."""
+    me = threading.current_thread()
+    return all(t is me or t.name.startswith(TUNER_THREADS) for t in threading.enumerate())
+
+
+def fingerprint(global_ranks: Sequence[int]) -> str:
+    """The fingerprint of a group's global ranks (as in :func:`.store.namespace`)."""
+    return hashlib.sha256(",".join(map(str, global_ranks)).encode()).hexdigest()[:8]
+
+
+class Names:
+    """The looks of one wait (of group rank ``me`` of a torch group ``name`` of ``global_ranks``) at the missing
+    ranks' names of the group; ``first``: the wait is at the channel's first exchange (else nothing is done)."""
+
+    def __init__(self, name: str, global_ranks: Sequence[int], me: int, first: bool) -> None:
+        self.name, self.global_ranks, self.me = name, list(global_ranks), me
+        self.job = exits.current() if first else None
+        #: when (seconds waited) the next look is due; whether this wait's key is written; the next missing rank read
+        self._due, self._written, self._turn = WRITE_S, False, 0
+        if self.job is not None:
+            _forget_left(self.job)
+
+    def key(self, global_rank: int) -> str:
+        """The key under which global rank ``global_rank`` says which group of these ranks it waits at."""
+        assert self.job is not None
+        return f"{self.job.prefix}groups/{fingerprint(self.global_ranks)}/{global_rank}"
+
+    def look(self, late: Sequence[int], waited: float) -> dict[int, str]:
+        """Group rank -> the name it knows this group's ranks' group by, for a rank of ``late`` (the look-up's list
+        of the ranks missing; with group rank 0 where this rank is not it) found waiting at another group of the same
+        global ranks; empty where none is found, where the look is not due (``waited``: the seconds waited), where
+        nothing is looked at (see the module docstring), or where the store fails (the wait's own requests then say
+        so). At most one store request per look."""
+        job = self.job
+        if job is None or waited < self._due:
+            return {}
+        self._due = waited + 0.9 * LOOK_S  # (the slices come a little over LOOK_S apart)
+        try:
+            if not alone():  # (a thread of this process could yet come to the other group)
+                self._withdraw()
+                return {}
+            if not self._written:
+                job.store.set(self.key(self.global_ranks[self.me]), self.name)
+                self._written = True
+                return {}
+            ranks = [r for r in late if 0 <= r < len(self.global_ranks) and r != self.me]
+            if self.me != 0 and 0 not in ranks:
+                ranks.insert(0, 0)
+            if not ranks:
+                return {}
+            rank = ranks[self._turn % len(ranks)]
+            self._turn += 1
+            value = peek(job.store, self.key(self.global_ranks[rank]))
+        except Exception as exc:  # the store is gone or failing: the wait's next request says so
+            log.debug("triton_dist_tune: could not look at the names of the missing ranks' groups: %s", exc)
+            return {}
+        other = None if value is None else value.decode(errors="replace")[:NAME_CHARS]
+        return {} if other is None or other == self.name else {rank: other}
+
+    def close(self) -> None:
+        """The wait is over: delete this rank's key, where it wrote one."""
+        try:
+            self._withdraw()
+        except Exception as exc:  # the store is gone: nobody reads it
+            log.debug("triton_dist_tune: could not delete this rank's name of its group: %s", exc)
+
+    def leave(self) -> None:
+        """The wait ends with this rank raising that its peers wait at another group: its key stays, so that a peer
+        that has not looked yet finds it and raises too (deleted at this process's next first exchange, where it
+        waits somewhere else: :func:`_forget_left`)."""
+        if self._written and self.job is not None:
+            self._written = False
+            with _LEFT_LOCK:
+                _left.append(self.key(self.global_ranks[self.me]))
+
+    def _withdraw(self) -> None:
+        if self._written and self.job is not None:
+            self._written = False
+            self.job.store.delete_key(self.key(self.global_ranks[self.me]))
+
+
+#: the keys of waits that ended raising (:meth:`Names.leave`), kept for the peers still waiting
+_left: list[str] = []
+_LEFT_LOCK = threading.Lock()
+
+
+def _forget_left(job: exits.Job) -> None:
+    """Delete the keys this process left at waits that raised (a request each: only after such an error), at the
+    first exchange of a channel: this rank waits elsewhere now, and says so itself from its wait's first look."""
+    with _LEFT_LOCK:
+        keys = list(_left)
+        _left.clear()
+    for key in keys:
+        try:
+            job.store.delete_key(key)
+        except Exception as exc:  # the store is gone: nobody reads it
+            log.debug("triton_dist_tune: could not delete %s: %s", key, exc)
+
+
+def named_otherwise_message(opening: str, name: str, global_ranks: Sequence[int], found: dict[int, str]) -> str:
+    """The error of a wait (``opening``: who waited, how long, where) at the first exchange of group ``name`` (of
+    ``global_ranks``) whose missing ranks ``found`` (group rank -> its name of their group) wait at another group
+    of the same global ranks."""
+    there = "; ".join(f"global rank {global_ranks[r]} at the group it knows as '{n}'" for r, n in sorted(found.items()))
+    return (f"{opening}, the first exchange of the group torch named '{name}' here (by the order of this rank's "
+            f"new_group calls), while the ranks it waits for wait at the first exchange of another group of the same "
+            f"global ranks {list(global_ranks)}: {there}. The ranks created their groups of these ranks in different "
+            "orders, so torch named this group otherwise there (or they tune these groups in different orders), and "
+            "the waits can never meet: create the groups in the same order on every rank, or with "
+            "use_local_synchronization=True (torch then names a group by a hash of its ranks, alike on every rank)")
