@@ -223,6 +223,37 @@ def test_a_sharded_tuning_fails_a_config_that_left_an_output_another_ranks_confi
     assert len(set(errors)) == 1, errors
     assert errors[0].startswith("rank 0: wrong result") and "measured on another rank wrote it" in errors[0], errors
 
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(240)
+def test_replicas_decide_a_key_of_one_config_without_timing_and_fail_it_on_every_replica(tmp_path):
+    """:func:`test_a_key_of_one_config_after_pruning_is_decided_without_timing_on_every_rank` under
+    ``autotune_replicas=`` (2 replicas of 2 gloo ranks). Before, the replicas warmed up, probed and raced a lone
+    config: replica 0 in its share, then every replica as the leaders' race (29 runs of the function on each rank of
+    replica 0, 23 on replica 1's). Now every replica runs it once, untimed, the replicas agree on its outcome, and
+    the call runs it: 2 runs on every rank; the record keeps its replica count. A lone config that raises on one
+    rank of replica 1 alone fails on every rank of every replica after its one run (before: 28 runs on replica 0's
+    ranks, its share's race, then 1 in the leaders' race), nothing cached."""
+    env = tuner_env(tmp_path, 30)
+    results = run_ranks(CASES, 4, ["one_config_replicas"], env=env, timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    chosen = {"BLOCK": 128, "CLAMP": False}
+    runs = [(r.result["runs_one"], len(r.result["runs_pruned"]), r.result["raises_runs"]) for r in results]
+    assert runs == [(2, 2, 1)] * 4, runs
+    for r in results:
+        res = r.result
+        assert res["right"] and res["decided_one"] == chosen and res["untimed"] is True, res
+        assert [(o["state"], o["time"], o["untimed"]) for o in res["outcomes"]] == [("measured", None, True)], res
+        assert res["runs_pruned"] == [chosen, chosen] and res["decided_pruned"] == chosen, res
+        assert "replica 1: rank 1: RuntimeError: the lone config fails on rank 3" in res["raises"], res
+        assert res["raises_decided"] is None, res
+    cache = tmp_path / "cache"
+    assert not list((cache / "raises").glob("*.json"))
+    for name in ("one", "pruned"):
+        [path] = list((cache / name).glob("*.json"))
+        record = json.loads(path.read_text())
+        assert record["untimed"] is True and record["time_ms"] is None and record["replicas"] == 2, record
+
+
 @pytest.mark.timeout(200)
 def test_a_tuner_variable_it_does_not_read_is_said_once_with_what_to_set(tmp_path):
     """Helion's ``HELION_FORCE_AUTOTUNE=1`` carried over with this package's prefix, and a misspelt ``ALWAYS_TUNE``

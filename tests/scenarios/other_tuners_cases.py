@@ -35,6 +35,8 @@ def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr, CLAMP: tl.
 
 SPACE = [{"BLOCK": block, "CLAMP": clamp} for block in (64, 128, 256) for clamp in (False, True)]
 RUNS: list[dict] = []  # every run of the tuned function on this rank: its config
+#: the tensor-parallel group the function reduces over, where replicas tune (else the world)
+TP: list = []
 
 
 def axpy_reduced(x, y, alpha, *, BLOCK, CLAMP):
@@ -43,7 +45,7 @@ def axpy_reduced(x, y, alpha, *, BLOCK, CLAMP):
     out = torch.empty_like(x)
     axpy_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), alpha, BLOCK=BLOCK, CLAMP=CLAMP)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(out)
+        dist.all_reduce(out, group=TP[0] if TP else None)
     return out
 
 
@@ -167,6 +169,54 @@ def one_config():
     emit(runs_one=runs_one, right=right, decided_one=one.tuner.decided, untimed=getattr(decision, "untimed", None),
          outcomes=[o.to_json() for o in decision.outcomes], runs_pruned=runs_pruned,
          decided_pruned=pruned.tuner.decided, **failures)
+
+
+@case
+def one_config_replicas():
+    """:func:`one_config` under ``autotune_replicas=``: two replicas of a 2-rank tensor-parallel group (TP [0, 1] and
+    [2, 3], replicas [0, 2] and [1, 3]) tune a space of one config, a space that ``prune_fn`` prunes to one (replica
+    0 keeps BLOCK 64 and 128, replica 1 128 and 256), and a lone config that raises on rank 3 alone (replica 1's
+    rank 1, after the reduce: no peer is left inside it): each rank's runs of the function, and what is decided."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    reps = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    TP[:] = [tps[rank // 2]]
+    layout = dict(autotune_pg=TP[0], autotune_replicas=reps[rank % 2])
+    key_fn = lambda x, y, alpha: x.numel()  # noqa: E731
+    x, y = inputs(negative=False)
+    one = tdt.autotune([{"BLOCK": 128, "CLAMP": False}], key_fn=key_fn, name="one")(axpy_reduced)
+    RUNS.clear()
+    out = one(x, y, 2.0, **layout)
+    runs_one, right = len(RUNS), bool(torch.allclose(out, 2 * (x + 2.0 * y)))
+    decision = one.tuner.decisions[next(iter(one.tuner.decisions))]
+
+    def keeps(config, x, y, alpha):
+        return not config["CLAMP"] and config["BLOCK"] in ((64, 128) if rank < 2 else (128, 256))
+
+    pruned = tdt.autotune(SPACE, key_fn=key_fn, prune_fn=keeps, name="pruned")(axpy_reduced)
+    RUNS.clear()
+    pruned(x, y, 2.0, **layout)
+    runs_pruned = list(RUNS)
+
+    def raising(x, y, alpha, *, BLOCK, CLAMP):
+        out = axpy_reduced(x, y, alpha, BLOCK=BLOCK, CLAMP=CLAMP)
+        if rank == 3:
+            raise RuntimeError("the lone config fails on rank 3")
+        return out
+
+    lone = tdt.autotune([{"BLOCK": 64, "CLAMP": False}], key_fn=key_fn, name="raises")(raising)
+    RUNS.clear()
+    try:
+        lone(x, y, 2.0, **layout)
+        raised = "no error"
+    except tdt.AllConfigsFailedError as exc:
+        raised = str(exc)
+    where = (300, TP[0], layout["autotune_replicas"])
+    emit(runs_one=runs_one, right=right, decided_one=one.tuner.decided_config(*where), untimed=decision.untimed,
+         outcomes=[o.to_json() for o in decision.outcomes], runs_pruned=runs_pruned,
+         decided_pruned=pruned.tuner.decided_config(*where), raises=raised, raises_runs=len(RUNS),
+         raises_decided=lone.tuner.decided_config(*where))
 
 
 @case

@@ -17,6 +17,7 @@ from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..group.leaving import result_kept_if_interrupted
 from ..measure.noise import retaken, statistic
+from ..measure.once import untimed_decision
 from ..measure.race import Race
 from ..measure.trial import Trial
 from ..records import LEAST, MEDIAN, Decision, Outcome, finite_number, recorded_statistic
@@ -36,9 +37,9 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     search's finalists) leaves the least time among the outcomes sampled outside it, never a probe's stand-in while
     one sampled is left; a stand-in chosen is provisional (``cut``: the next job tunes the key again). The only config
     of a key's space, run once untimed (:mod:`~triton_dist_tune.measure.once`), is chosen with no time or margin."""
-    once = next((o for o in outcomes if o.untimed and o.state == "measured"), None)
+    once = untimed_decision(outcomes, timing)
     if once is not None:
-        return Decision(once.index, once.config, float("nan"), None, False, None, outcomes, timing, 0, untimed=True)
+        return once
     told = statistic(race.location()) if race is not None else MEDIAN
     outcomes = of_statistic(outcomes, race, told)
     by_index = {o.index: o for o in outcomes}

@@ -291,7 +291,7 @@ class Tuning:
         if layout is not None:  # this replica's share, then the leaders on every replica
             with measuring(measurer, state):
                 settled = settle(layout, measurer, outcomes, todo, lambda: self._precompile(todo, measurer, len(kept)),
-                                 self.todo, tuner.options.refine_top, self.label, self.timeout, len(share), timing)
+                                 self.todo, tuner.options.refine_top, self.label, self.timeout, len(kept), timing)
             # the replicas' clock: the same on every rank
             settled.cut, settled.clock = settled.cut or measurer.budget.cut, measurer.clock_kind
             return settled

@@ -117,6 +117,7 @@ from .budget import LEFT_OUT, Budget
 from .leaders import decision, heavy_leaders, leaders, leaders_plan
 from .lockstep import Measurer, Todo
 from .noise import retaken, statistic
+from .once import untimed_decision
 
 #: the agreement across replicas' field of the tuning's timeout: replicas that differ in it are warned, not stopped
 _TIMEOUT = "timeout"
@@ -181,8 +182,10 @@ class Layout:
         return unwrap_outcomes(self.group, [(0, found)], what, AutotuneError)
 
     def share(self, kept: Sequence[int]) -> list[int]:
-        """The configs this replica measures in the first pass."""
-        return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
+        """The configs this replica measures in the first pass; a lone config is every replica's (run once on each,
+        untimed: :meth:`~.once.Once.once_across`)."""
+        return [i for position, i in enumerate(kept)
+                if len(kept) == 1 or position % self.replicas.size == self.replicas.rank]
 
     def gather(self, outcomes: list[Outcome], noisy: bool, unsettled: bool, clock: Clock, what: str,
                timeout: float) -> tuple[list[Outcome], dict[int, int], bool, list[int], Clock]:
@@ -277,14 +280,20 @@ def _worst(contributions: list[tuple[dict[int, Leader | str], bool, bool, bool, 
 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
            precompile: Callable[[], None], todo_of: Callable[[int], Todo], refine_top: int, label: str,
-           timeout: float, share: int, timing: str) -> Decision:
+           timeout: float, kept: int, timing: str) -> Decision:
     """Steps 2 to 6: ``precompile()``, race this replica's ``todo`` (``outcomes``: the rest of its share, resumed,
     and the pruned configs), gather the replicas' outcomes, race the leaders on every replica (the next leaders
     again while every leader failed on some replica), and decide on the MAX over replicas of each leader's group
     time. The replicas watch each other's progress before each exchange across them (:meth:`Layout.watch`); a rank
-    that leaves with an error says so to the replicas waiting for it. ``share``: how many configs a replica's share
-    holds (the deadlines without a watch)."""
+    that leaves with an error says so to the replicas waiting for it. ``kept``: how many configs pruning kept (a
+    share's count sets the deadlines without a watch); one alone is run once on every replica, untimed, nothing
+    compiled ahead, and decided without timing as with no replicas (:mod:`~triton_dist_tune.measure.once`)."""
+    share = len(layout.share(range(kept)))
     with layout.watch(label, timeout) as watch:
+        if kept == 1:
+            outcomes = outcomes + measurer.once_across(todo, layout.replicas, watch, label, timeout)
+            return untimed_decision(outcomes, timing) or decision(
+                outcomes, [o.index for o in outcomes if o.state != "pruned"], timing, max(o.samples for o in outcomes))
         precompile()
         return _settle(layout, measurer, outcomes + measurer.lockstep(todo), todo_of, refine_top, label, timeout,
                        share, timing, watch)
