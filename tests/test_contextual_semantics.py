@@ -312,6 +312,34 @@ def test_a_group_choice_a_rank_prunes_is_replaced_there_once_not_settled_at_ever
     assert "tuned later" not in log and log.count("which this rank's pruning leaves out") == 1, log[-2000:]
 
 
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(150)
+def test_a_kernel_cache_cleared_after_a_decision_is_refilled_with_the_groups_choice(tmp_path):
+    """``kern.cache.clear()`` (and the JIT function's ``device_caches``, where it has them: not in the interpreter)
+    after the group decided n=64, as a user or a library between graph captures may clear them: the next calls of
+    that key still run the decided config (BLOCK 128), once a call, with no tuning again, in a hot call and in a
+    call that tunes a key met after the clear (which is tuned as any new key). Before, the decided key's calls never
+    put the choice back into the kernel's cache (its size stayed 0 after the clear), so a stock launch of the kernel
+    outside the tuned function benchmarked the key on each rank alone (Triton's own ``run``; in the interpreter,
+    with no device driver, it raised ``RuntimeError: 0 active drivers``); now every served launch refills it (the
+    hot path's and a tuning call's) and the stock launch runs 128."""
+    env = tuner_env(tmp_path, 30)
+    results = run("caches_cleared_after_a_decision", 2, env)
+    for r in results:
+        res = r.result
+        assert res["cleared"][0] == "cache", res
+        launches = res["launches"]
+        assert launches["2"] == launches["3"] == ["64:128"] and launches["5"] == ["32:128", "64:128"], res
+        assert [b for b in launches["4"] if b.startswith("64:")] == ["64:128"] * 4, res  # one per run of call 4
+        assert res["outs"] == [[64.0]] * 3 + [[32.0, 64.0]] * 2, res
+        assert res["decisions"] == {"(64, 'torch.float32')": 1, "(32, 'torch.float32')": 1}, res
+        assert res["sizes"] == [1, 1, 1, 2, 2] and res["cache"] == {"64": 128, "32": 128}, res
+        assert res["stock"] == ["64:128"], res
+        log = (tmp_path / "logs" / f"rank-{r.result['rank']}.log").read_text(errors="replace")
+        assert log.count("decision kernel=") == 2 and log.count("key=(64, 'torch.float32') config=1 group_ms") == 1, (
+            log[-3000:])
+
+
 @pytest.mark.timeout(150)
 def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_path):
     # the hang is waited out to this timeout; a healthy tuning run of this 64-element kernel takes a fraction of a

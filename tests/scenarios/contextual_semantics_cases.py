@@ -556,6 +556,74 @@ def pruned_choice_met_later():
          decisions=[d["index"] for d in layer.tuner.decisions.values()])
 
 
+def clear_kernel_caches(kernel) -> list[str]:
+    """Clear what a user (or a library between graph captures) clears of a ``triton.autotune`` kernel: its
+    ``cache`` (key -> chosen config) and its JIT function's compiled kernels (``device_caches`` in Triton 3.6 and
+    3.9; the interpreter's function has none). Returns what was cleared."""
+    cleared = ["cache"]
+    kernel.cache.clear()
+    jit = kernel.fn
+    if hasattr(jit, "device_caches"):
+        jit.device_caches.clear()
+        cleared.append("device_caches")
+    return cleared
+
+
+@case
+def caches_cleared_after_a_decision():
+    """A kernel of 2 configs (BLOCK 128 the faster, on the virtual clock) decided for n=64 in call 1; its caches
+    are cleared (:func:`clear_kernel_caches`) before call 2 and again before call 4. Calls 2 and 3 launch n=64 alone
+    (hot calls), calls 4 and 5 n=32, a key met after the clears, then n=64 (call 4 tunes n=32: n=64 is launched in
+    its session). Then the kernel is launched outside the layer with n=64 (a stock launch: Triton's own ``run``,
+    which benchmarks on this rank alone a key its cache lacks). Prints the launches of each call (``n:BLOCK``; call
+    6: the stock launch, or its error), the kernel's cache size after each call, its cache at the end, the
+    decisions, the layer's outputs and what was cleared."""
+    tdt.init_distributed()
+    contextual_virtual_clock()
+    seen: list[tuple[int, str]] = []
+    call = [0]
+
+    def hook(i):
+        def h(nargs):
+            seen.append((call[0], f"{nargs['n']}:{nargs['BLOCK']}"))
+            spend([50.0, 1.0][i])
+        return h
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128))],
+                     key=["n"])
+    @triton.jit
+    def kern(x, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=1)
+    def layer(sizes):
+        outs = []
+        for n in sizes:
+            x = torch.zeros(n)
+            kern[(1,)](x, n)
+            outs.append(float(x.sum()))
+        dist.barrier()
+        return outs
+
+    outs, cleared, sizes = [], [], []
+    for c, ns in enumerate(((64,), (64,), (64,), (32, 64), (32, 64)), start=1):
+        call[0] = c
+        if c in (2, 4):
+            cleared = clear_kernel_caches(kern)
+        outs.append(layer(ns))
+        sizes.append(len(kern.cache))
+    call[0] = 6
+    try:
+        kern[(1,)](torch.zeros(64), 64)
+        stock: list = [b for cc, b in seen if cc == 6]
+    except Exception as exc:  # noqa: BLE001 - Triton's own benchmarking, which has no driver on a CPU machine
+        stock = [f"{type(exc).__name__}: {exc}"[:300]]
+    emit(rank=rank(), launches={str(c): [b for cc, b in seen if cc == c] for c in range(1, 6)}, stock=stock, outs=outs,
+         cleared=cleared, sizes=sizes, cache={str(k[0]): v.kwargs["BLOCK"] for k, v in kern.cache.items()},
+         decisions={k[1]: d["index"] for k, d in layer.tuner.decisions.items()})
+
+
 # -- faults ------------------------------------------------------------------------------------------------------
 
 

@@ -51,7 +51,8 @@ def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], id
     The common launch (kernel arguments by position, no meta-parameter given by the caller) computes the key as
     ``Autotuner.run`` does (:func:`~.intercept.key_of`: the key arguments' values, then every argument's dtype)
     straight from the positional arguments, with the plan made once per autotuner, and launches with the config's
-    meta-parameters made once per config; any other launch takes the full path."""
+    meta-parameters made once per config; any other launch takes the full path. The config goes back into the
+    kernel's ``cache`` where that lacks it (cleared since: ``kernel.cache.clear()``), for later stock launches."""
     table = autotuner.__dict__.get(intercept.DECIDED)
     if table is None:
         return UNDECIDED
@@ -66,9 +67,13 @@ def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], id
     for value in args:
         if hasattr(value, "dtype"):
             key.append(str(value.dtype))
-    config = table.get((identity, tuple(key)))
+    key_tuple = tuple(key)
+    config = table.get((identity, key_tuple))
     if config is None:
         return UNDECIDED
+    cache = autotuner.cache
+    if cache.get(key_tuple) is not config:  # cleared since (``kernel.cache.clear()``), or another's
+        cache[key_tuple] = config  # the group's choice again, for later stock launches (:func:`~.tracks.decide`)
     known = metas.get(id(config))
     if known is None or known[0] is not config:
         known = metas[id(config)] = (config, config.all_kwargs())
@@ -88,9 +93,12 @@ def _launch_decided_full(autotuner: Autotuner, args: tuple, kwargs: dict[str, An
                          table: dict) -> Any:
     """:func:`launch_decided` for a launch that passes kernel arguments or meta-parameters by keyword (or a
     meta-parameter by position): the key from every named argument, the caller's meta-parameters cut."""
-    config = table.get((identity, intercept.tuning_key(autotuner, args, kwargs)))
+    key = intercept.tuning_key(autotuner, args, kwargs)
+    config = table.get((identity, key))
     if config is None:
         return UNDECIDED
+    if autotuner.cache.get(key) is not config:  # as :func:`launch_decided`
+        autotuner.cache[key] = config
     return intercept.launch_with(autotuner, config, args, kwargs)
 
 

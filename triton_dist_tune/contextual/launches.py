@@ -31,6 +31,8 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
     key = intercept.tuning_key(autotuner, args, kwargs)
     config = decided_config(autotuner, key, group)
     if config is not None:
+        if autotuner.cache.get(key) is not config:  # cleared since (``kernel.cache.clear()``) or overwritten by a
+            autotuner.cache[key] = config  # launch outside: the group's choice again, for later stock launches
         if session.plain_keys and (id(autotuner), key) in session.plain_keys:
             return plain_launch(autotuner, config, args, kwargs, session.final_run)
         if session.session_keys and (id(autotuner), key) in session.session_keys:
