@@ -4,12 +4,20 @@ signal, real files and the real command line."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from harness import HERE, base_env, describe, run_cli, run_python, run_ranks, tuner_env
+
+from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
+from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
 
 CASES = HERE / "scenarios" / "cut_write_cases.py"
 T = 30
@@ -119,3 +127,70 @@ def test_a_versions_record_write_cut_short_is_named_by_list_and_removed_by_clear
     again = run_python(["-c", STORE, cache, "store", "(8)"], base_env({}), timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     assert not left[0].exists() and len(list(cache.glob(".versions-*"))) == 1, sorted(p.name for p in cache.iterdir())
+
+
+def big_bundle(tmp_path: Path, count: int) -> Path:
+    """A bundle of ``count`` decisions of function ``moe``, as ``export`` writes one (each a format-2 decision named as
+    the tuner names its files): its import stages a temporary file per decision, each written and synced, for
+    seconds in all."""
+    hw, now = hardware(), versions()
+    entries = []
+    for i in range(count):
+        data = {"format": 2, "function": "moe", "key": f"({i},)", "index": 0, "config": "{BLOCK: 64}", "time_ms": 1.0,
+                "margin": 0.1, "near_tie": False, "runner_up": 1, "timing": "steady", "rounds": 2, "group_size": 2,
+                "group": "default", "created": time.time() - 60, "versions": now, "gpu": hw["gpu"],
+                "gpu_count": hw["gpu_count"], "space": "abc", "measurements": []}
+        entries.append({"path": f"moe/{hashlib.sha1(repr(i).encode()).hexdigest()[:20]}.json", "data": data})
+    return write_json_atomic(tmp_path / "bundle.json", {"kind": BUNDLE_KIND, "format": BUNDLE_FORMAT, "created": 0.0,
+                                                       "versions": now, "entries": entries})
+
+
+def killed_import(bundle: Path, cache: Path) -> list[Path]:
+    """Run ``triton-dist-tune import BUNDLE`` in a process of its own, SIGKILL it once it has staged some of the
+    bundle's temporary files (polled for), and return the temporary files it left, set back two minutes (a write
+    cut short long ago: :data:`~triton_dist_tune.disk.files.CUT_WRITE_S`)."""
+    command = [sys.executable, "-m", "triton_dist_tune", "import", str(bundle), "--cache-dir", str(cache)]
+    proc = subprocess.Popen(command, env=base_env({}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    try:
+        while len(list(cache.glob("moe/.*.import"))) < 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.returncode
+    left = sorted(cache.glob("moe/.*.import"))
+    assert left, sorted(p.name for p in cache.glob("moe/*"))[:10]
+    for path in left:
+        age(path, 120)
+    return left
+
+
+@pytest.mark.timeout(240)
+def test_an_import_killed_mid_write_leaves_files_that_list_names_and_clear_and_the_next_import_remove(tmp_path):
+    """``import`` of a bundle of 300 decisions SIGKILLed while it stages them (a temporary file per decision beside
+    its target, ``.<entry>.json.XXXXXXXX.import``, renamed into place once all are staged), and a file an import's
+    undo leaves when killed (``.<entry>.json.XXXXXXXX.restore``): ``list`` names them as the temporary files of
+    decision writes cut short, ``clear --all`` removes them, and the next import of the bundle removes those of the
+    decisions it writes (over a minute old, as a tuning's write removes its entry's) and says so. Before, they were
+    never named nor removed: ``list`` said nothing, ``clear --all`` left them and their folder, and an import again
+    left them beside the decisions it wrote."""
+    cache = tmp_path / "cache"
+    bundle = big_bundle(tmp_path, 300)
+    left = killed_import(bundle, cache)
+    undo = cache / "moe" / f".{'0' * 20}.json.ab_cd123.restore"
+    undo.write_text('{"format": 2, "ind')
+    age(undo, 120)
+    listed = run_cli(["list", "--cache-dir", str(cache)], base_env({}), cwd=tmp_path)
+    said = f"{len(left) + 1} temporary file(s) of decision writes cut short"
+    assert said in listed.stderr, (len(left), listed.stderr)
+    cleared = run_cli(["clear", "--all", "--cache-dir", str(cache)], base_env({}), cwd=tmp_path)
+    assert cleared.returncode == 0 and f"removed {said}" in cleared.stdout, (len(left), cleared.stdout)
+    assert not (cache / "moe").exists(), sorted(p.name for p in (cache / "moe").iterdir())[:10]
+
+    left = killed_import(bundle, cache)
+    again = run_cli(["import", str(bundle), "--cache-dir", str(cache)], base_env({}), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"removed {len(left)} temporary file(s) of decision writes cut short" in again.stderr, (len(left), again)
+    assert not list(cache.glob("moe/.*")) and len(list(cache.glob("moe/*.json"))) == 300, sorted(
+        p.name for p in cache.glob("moe/.*"))[:10]

@@ -98,6 +98,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
                              "imported") from None
+    if done.tidied:
+        print(f"triton-dist-tune: removed {len(done.tidied)} temporary file(s) of decision writes cut short (a process "
+              f"killed while it wrote them, such as {done.tidied[0]}; never read)", file=sys.stderr)
     if args.json:  # "imported": every decision of the bundle, now in the cache (written or there already)
         _emit_json({"imported": [str(p) for p in done.held], "mismatched": [i.path for i in doubtful],
                     "kept": [item.path for item in better],

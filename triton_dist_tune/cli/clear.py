@@ -40,7 +40,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         doomed = [p for p in doomed if p not in mixed]
     elif unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
-        folders |= {p.parent for p in root.glob("*/.*.json.*.tmp") if dec.inside(root, p)}  # (writes cut short)
+        folders |= {p.parent for p in root.glob(f"*/{dec.WRITE_TMP_GLOB}") if dec.inside(root, p)}  # (cut writes)
         if args.function:  # its own folder, and a folder of its decisions only (not contextual/, which is shared)
             chosen = {e.path for e in entries}
             shared = {e.path.parent for e in dec.scan(root)[0] if e.path not in chosen}
@@ -86,7 +86,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
         if any(p in cut and p not in records for p in gone):
             print(f"{verb} {sum(p in cut and p not in records for p in gone)} temporary file(s) of decision writes cut "
-                  f"short (a process killed while it wrote a decision, over {dec.CUT_WRITE_S:.0f} s ago; never read)")
+                  f"short (a process killed while it wrote a decision, a tuning's or an import's, over "
+                  f"{dec.CUT_WRITE_S:.0f} s ago; never read)")
         if any(p in records for p in gone):
             print(f"{verb} {sum(p in records for p in gone)} temporary file(s) of versions-record writes cut short (a "
                   f"process killed while it wrote the folder's record of the installed versions, over "

@@ -108,12 +108,12 @@ def say_cut_writes(root: Path, function: str | None) -> None:
     """One line on stderr for the temporary files of decision writes cut short (:func:`~..disk.entries.cut_writes`)
     of the folder (of ``function``'s folder only, where given), and, without ``function``, one for those of the
     folder's versions record (:func:`~..disk.versions.cut_records`): never read, and removed by ``clear``."""
-    cut = [p for p in sorted(root.glob("*/.*.json.*.tmp")) if function in (None, p.parent.name)
-           and dec.inside(root, p) and p in dec.cut_writes(p.parent)]
+    folders = sorted({p.parent for p in root.glob(f"*/{dec.WRITE_TMP_GLOB}") if function in (None, p.parent.name)})
+    cut = [p for folder in folders for p in dec.cut_writes(folder) if dec.inside(root, p)]
     if cut:
         print(f"triton-dist-tune: {len(cut)} temporary file(s) of decision writes cut short (a process killed while "
-              f"it wrote a decision, such as {cut[0]}): never read; 'clear --all' or 'clear --function F' removes "
-              "them", file=sys.stderr)
+              f"it wrote a decision, a tuning's or an import's, such as {cut[0]}): never read; 'clear --all' or "
+              "'clear --function F' removes them", file=sys.stderr)
     records = [p for p in cut_records(root) if dec.inside(root, p)] if function is None else []
     if records:
         print(f"triton-dist-tune: {len(records)} temporary file(s) of versions-record writes cut short (a process "

@@ -8,13 +8,13 @@ import os
 import stat
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..group.codec import Unreadable, read_json
 from .decisions import tuner_named
-from .entries import CacheError, Entry, parse_entry
+from .entries import CacheError, Entry, cut_writes, parse_entry
 from .files import holding, new_file_mode, read_regular, remove_if, rewrite_atomic, write_json_atomic
 from .versions import versions as current_versions
 
@@ -139,6 +139,9 @@ class Imported:
     #: the cache held this very decision (the same JSON but for its ``served`` time): left as it was, its file not
     #: touched (nor its time)
     unchanged: list[Path]
+    #: temporary files of earlier writes of the bundle's decisions cut short (an import or a tuning killed mid-write,
+    #: over a minute ago: :func:`~.entries.cut_writes`), removed before this import staged its own
+    tidied: list[Path] = field(default_factory=list)
 
     @property
     def written(self) -> list[Path]:
@@ -178,7 +181,10 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
     while staging removes what was staged (and the folders made for it); a failure while renaming puts back the
     files already replaced, each under its lock where it still holds the import's decision (a decision another
     process wrote meanwhile stays: :func:`_take_back`). Nothing is left half written; only a crash of this process
-    between two renames can leave part of the bundle in place.
+    between two renames can leave part of the bundle in place. A process killed while it stages (or puts back)
+    leaves its temporary files (``.<entry>.json.XXXXXXXX.import``, ``.restore``): they are named as the cut writes
+    ``list`` names and ``clear`` removes, and an import of those decisions again, a minute on, removes them first
+    (:attr:`Imported.tidied`), as a tuning's write of its entry does.
     """
     unchanged: list[Path] = []
     made: list[Path] = []
@@ -199,6 +205,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
             if target.is_dir() or (target.parent.exists() and not target.parent.is_dir()):
                 raise CacheError(f"{target} (or its folder) is in the way of the bundle's entry: refused, nothing "
                                  "imported")
+        tidied = _tidy(targets)
         for target, item in zip(targets, incoming, strict=True):
             if not target.parent.exists():
                 target.parent.mkdir()
@@ -230,7 +237,26 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
         _discard([s for s in staged if s not in done], made)
         raise
     return Imported(new=[target for target, _, previous in staged if previous is None],
-                    replaced=[target for target, _, previous in staged if previous is not None], unchanged=unchanged)
+                    replaced=[target for target, _, previous in staged if previous is not None], unchanged=unchanged,
+                    tidied=tidied)
+
+
+def _tidy(targets: list[Path]) -> list[Path]:
+    """Remove the temporary files of earlier writes of ``targets`` cut short (:func:`~.entries.cut_writes`: over a
+    minute old, never a write in flight); the ones removed."""
+    names: dict[Path, set[str]] = {}
+    for target in targets:
+        names.setdefault(target.parent, set()).add(target.name)
+    removed = []
+    for folder in sorted(names):  # one look per folder: ``.<entry>.json.XXXXXXXX.<suffix>`` names its target
+        for left in cut_writes(folder) if folder.is_dir() else ():
+            if left.name[1:].rsplit(".", 2)[0] in names[folder]:
+                try:
+                    left.unlink()
+                    removed.append(left)
+                except OSError:  # (removed meanwhile, or a folder that cannot be written: the import says so then)
+                    pass
+    return removed
 
 
 def _take_back(target: Path, previous: bytes | None, item: Incoming) -> None:

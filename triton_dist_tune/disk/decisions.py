@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .entries import CUT_WRITE_S as CUT_WRITE_S
 from .entries import MAX_ENTRY_BYTES as MAX_ENTRY_BYTES
+from .entries import WRITE_TMP_GLOB as WRITE_TMP_GLOB
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
 from .entries import ForeignFile as ForeignFile

@@ -41,15 +41,20 @@ _TUNER_NAME = re.compile(f"[0-9a-f]{{20}}(?:\\.json|{_TAIL})")
 #: searched space a few megabytes; a file past it (garbage, an edit by hand) is refused unread, as a corrupt one is
 MAX_ENTRY_BYTES = 64 << 20
 #: a temporary file of a decision's atomic write (:func:`~.files.write_atomic`: ``.<entry>.json.<8 characters of
-#: mkstemp>.tmp``), renamed into place within milliseconds, or left by a process killed between the two
-_WRITE_TMP = re.compile(r"\.([0-9a-f]{20})\.json\.[a-z0-9_]{8}\.tmp")
+#: mkstemp>.tmp``; ``import``'s, :func:`~.bundles.write_incoming`: ``.import`` for a decision it stages, ``.restore``
+#: for one its undo puts back), renamed into place within milliseconds (an import's once all its decisions are
+#: staged), or left by a process killed between the two
+_WRITE_TMP = re.compile(r"\.([0-9a-f]{20})\.json\.[a-z0-9_]{8}\.(?:tmp|import|restore)")
+#: the glob of those names in a function's folder (:data:`_WRITE_TMP` tells them apart)
+WRITE_TMP_GLOB = ".*.json.*"
 
 
 def cut_writes(folder: Path, entry: str | None = None) -> list[Path]:
     """The temporary files in ``folder`` of decision writes cut short (of ``entry``'s decision only, where given):
-    named as the tuner's atomic write names them and older than :data:`CUT_WRITE_S`, sorted. Never read: the
-    decision they would have held was not written (its process was killed, or its machine went down, mid-write)."""
-    return left_behind(folder, f".{entry or '*'}.json.*.tmp", _WRITE_TMP,
+    named as the tuner's atomic write or ``import`` names them and older than :data:`CUT_WRITE_S`, sorted. Never
+    read: the decision they would have held was not written (its process was killed, or its machine went down,
+    mid-write)."""
+    return left_behind(folder, f".{entry or '*'}.json.*", _WRITE_TMP,
                        lambda match: entry is None or match.group(1) == entry)
 
 
