@@ -426,6 +426,24 @@ def test_rank_local_campaign_decisions_are_listed_as_local_and_show_names_the_ra
 
 
 
+def test_plot_tells_a_decision_of_replicas_tuned_as_one_from_a_tp_groups_own(tmp_path):
+    """``examples/tp_mlp.py`` on 4 ranks writes ag_gemm's key tuned by two TP groups of 2 as one (``list``: ``2x2``);
+    ``examples/ag_gemm.py`` on 2 ranks the same key tuned by one group of 2 (``list``: ``2``). Before, ``plot`` drew
+    both as ``2 rank(s)``: two ticks of one function's figure read alike. Now the replicas' decision says so."""
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import scan
+
+    cache = tmp_path / "cache"
+    decision(cache, "ag_gemm", "(8, 32)", replicas=2, group="ranks [0, 1]")
+    decision(cache, "ag_gemm", "(8, 16)")
+    entries = sorted(scan(cache)[0], key=lambda e: e.key)
+    assert [e.ranks_text for e in entries] == ["2", "2x2"], [e.ranks_text for e in entries]  # as list shows them
+    ticks = [t.get_text() for t in plots.function_figure(entries).axes[0].get_xticklabels()]
+    assert ticks[0].endswith("\n2 rank(s)") and ticks[1].endswith("\n2 rank(s) x 2 replicas (tuned as one)"), ticks
+    title = plots.decision_figure(entries[1])._suptitle.get_text().replace("\n", " ")
+    assert "2 rank(s) x 2 replicas (tuned as one)" in title, title
+
+
 def test_a_rank_local_decision_and_a_one_process_decision_of_the_key_supersede_neither(tmp_path):
     """A one-process decision and a rank-local campaign's decision for 2 ranks (both record 1 rank: each was tuned
     by one process) of the same function and key serve different groups: two cache entries, both live. Before,

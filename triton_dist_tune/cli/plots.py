@@ -238,9 +238,14 @@ TITLE_WIDTH = 120
 
 
 def _ranks_of(entry: Entry) -> str:
-    """How many ranks tuned one decision, from its own record (as ``list`` shows it): ``2 rank(s)``, or for a
-    rank-local campaign's ``rank-local (1 rank alone)``."""
-    return "rank-local (1 rank alone)" if entry.rank_local is not None else f"{entry.group_size or '?'} rank(s)"
+    """How many ranks tuned one decision, from its own record (as ``list`` shows it): ``2 rank(s)``, for replicas
+    tuned as one (``list``'s ``2x2``) ``2 rank(s) x 2 replicas (tuned as one)``, or for a rank-local campaign's
+    ``rank-local (1 rank alone)``."""
+    if entry.rank_local is not None:
+        return "rank-local (1 rank alone)"
+    if entry.replicas is not None:  # before: "2 rank(s)", as the same key tuned by a TP group alone
+        return f"{entry.group_size or '?'} rank(s) x {entry.replicas} replicas (tuned as one)"
+    return f"{entry.group_size or '?'} rank(s)"
 
 
 def _ranks_text(entries: list[Entry]) -> str:
@@ -250,7 +255,7 @@ def _ranks_text(entries: list[Entry]) -> str:
     if len(labels) == 1:
         return labels.pop()
     sizes = sorted({e.group_size for e in entries if e.group_size})
-    if any(e.rank_local is not None for e in entries) or len(sizes) < 2:
+    if any(e.rank_local is not None or e.replicas is not None for e in entries) or len(sizes) < 2:
         return "ranks per key, under its name"
     return f"{sizes[0]}-{sizes[-1]} rank(s) (per key, under its name)"
 
