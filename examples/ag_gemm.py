@@ -17,7 +17,12 @@ in rank order. Algorithms (the ``algo`` config entry):
 ``gemm_config`` is a Triton tile string (see :mod:`examples.gemm_kernels`) or ``"torch"`` for
 ``torch.matmul`` chunks. :func:`ag_gemm` takes every config entry explicitly; ``tuned_ag_gemm``
 (built on first access, needs the ``triton_dist_tune`` package) tunes them per shape over the group
-given as ``autotune_pg=``.
+given as ``autotune_pg=`` (the default group without it). On a group smaller than the job (a TP group), pass it
+twice, as ``TPMLP`` in :mod:`examples.tp_mlp` does: ``tuned_ag_gemm(a, b, group=tp, autotune_pg=tp)``.
+``group=`` is where the all-gathers run (the default group without it) and ``autotune_pg=`` the ranks that tune in
+lock-step; with ``autotune_pg=tp`` alone each TP group tunes on its own while every all-gather spans the whole job,
+and the collectives do not match (on 4 CPU ranks, two TP groups of 2: gloo aborts with "Received data size doesn't
+match expected size").
 
 Run: ``bash launch.sh examples/ag_gemm.py`` (one rank per GPU; 2 CPU ranks with gloo and Triton's interpreter,
 tiny shapes, where there is no GPU): every rank tunes one shape, rank 0 prints one line per rank with its error

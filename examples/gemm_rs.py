@@ -11,7 +11,12 @@ world)`` of the sum, ``[M / world, N]``; ``M`` must be divisible by the group si
 * ``"torch_fused"``: ``torch.ops.symm_mem.fused_matmul_reduce_scatter`` (CUDA + NCCL only).
 * ``"torch"``: ``torch.matmul`` + ``reduce_scatter_single``, the baseline.
 
-``tuned_gemm_rs`` (built on first access, needs ``triton_dist_tune``) tunes the config per shape.
+``tuned_gemm_rs`` (built on first access, needs ``triton_dist_tune``) tunes the config per shape, over the group
+given as ``autotune_pg=`` (the default group without it). On a group smaller than the job (a TP group), pass it
+twice, as ``TPMLP`` in :mod:`examples.tp_mlp` does: ``tuned_gemm_rs(a, b, group=tp, autotune_pg=tp)``:
+``group=`` is where the reduce-scatters run and ``autotune_pg=`` the ranks that tune in lock-step;
+with ``autotune_pg=tp`` alone the reduce-scatters span the whole job while each TP group tunes on its own, and the
+collectives do not match (as in :mod:`examples.ag_gemm`).
 
 Run: ``bash launch.sh examples/gemm_rs.py`` (one rank per GPU; 2 CPU ranks with gloo and Triton's interpreter,
 tiny shapes, where there is no GPU): every rank tunes one shape, rank 0 prints one line per rank with its error

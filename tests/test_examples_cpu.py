@@ -291,6 +291,19 @@ def test_an_example_without_options_refuses_an_argument_and_says_what_it_does_on
     assert first_line.split()[0] in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("example", ["ag_gemm", "gemm_rs"])
+def test_the_tuned_gemms_docs_say_a_tp_group_goes_both_to_group_and_to_autotune_pg(example) -> None:
+    """``tuned_ag_gemm`` "tunes them per shape over the group given as autotune_pg=", the module said, and nothing of
+    ``group=``: ``tuned_ag_gemm(a, b, autotune_pg=tp)`` on 4 CPU ranks (two TP groups of 2) tuned each TP group on its
+    own while the all-gathers ran on the default group, and gloo aborted the job ("Received data size doesn't match
+    expected size"). The docs now give the call that works, as ``TPMLP.forward`` makes it."""
+    import importlib
+
+    doc = importlib.import_module(f"examples.{example}").__doc__
+    assert f"tuned_{example}(a, b, group=tp, autotune_pg=tp)" in doc, doc
+    assert "with ``autotune_pg=" in doc and "alone" in doc, doc  # and what goes wrong without group=
+
+
 @pytest.mark.timeout(120)
 def test_fla_example_says_it_is_skipped_without_fla_core_or_a_gpu() -> None:
     from harness import run_process
