@@ -261,3 +261,21 @@ def test_every_launch_sh_option_is_in_the_docs_and_every_documented_one_exists()
              for option in re.findall(r"(?<!\S)(-[-a-z]+)", line)}
     assert {option for _, option in given} >= {"--cpu", "--nproc", "-m"}, given
     assert [(page, option) for page, option in sorted(given) if option not in options] == []
+
+
+def test_a_sketch_that_tunes_on_a_tp_group_runs_the_functions_collectives_on_it_too():
+    """docs/api.md's sketch called ``ag_gemm(a_local, b, autotune_pg=tp_group)`` on a function whose all-gather
+    took no group: copied into a job of two TP groups, each group tunes apart while every all-gather spans the job,
+    and gloo aborts with a collective mismatch (as ``examples/ag_gemm.py`` did when called so: 4 CPU ranks). Every
+    sketched call that names a group as ``autotune_pg=`` names it to the function as ``group=`` too."""
+    calls = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+            for line in block.splitlines():
+                code = line.split("#")[0]
+                found = re.search(r"autotune_pg=(tp_group|tp)\b", code)
+                if found:
+                    calls.append((page.name, code.strip(), found.group(1)))
+    assert calls, "the collector found no sketched call with autotune_pg="
+    for page, code, group in calls:
+        assert f"group={group}," in code.replace(f"autotune_pg={group},", ""), (page, code)
