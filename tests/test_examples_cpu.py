@@ -315,6 +315,24 @@ def test_fla_example_says_it_is_skipped_without_fla_core_or_a_gpu() -> None:
     assert proc.stdout == "skipped: needs fla-core and a GPU\n", proc.stdout + proc.stderr[-3000:]
 
 
+@pytest.mark.parametrize(("variables", "said"), [({"RANK": "1"}, False), ({"OMPI_COMM_WORLD_RANK": "2"}, False),
+                                                 ({"RANK": "0"}, True), ({}, True)])
+def test_the_fla_examples_skip_line_is_said_once_per_job(variables, said, monkeypatch, capsys) -> None:
+    """``bash launch.sh examples/fla_contextual.py`` on 2 CPU ranks printed ``skipped: ...`` twice, once per rank,
+    where every other example prints from rank 0 alone. Now only rank 0 (or a process no launcher ranked) says it;
+    every rank still exits 0."""
+    import importlib
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the example may run")
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert importlib.import_module("examples.fla_contextual").main([]) == 0
+    assert capsys.readouterr().out == ("skipped: needs fla-core and a GPU\n" if said else "")
+
+
 def test_the_fla_benchmark_refuses_a_bad_order_and_says_skipped_without_fla_core_or_a_gpu(tmp_path, monkeypatch,
                                                                                          capsys) -> None:
     """benchmarks/bench_fla.py (stock autotune against contextual_autotune around fla's chunk_gla) runs on a GPU
