@@ -386,6 +386,21 @@ def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
     assert race.outcome(2, "c2", 0).spread == 0.0  # the spread of its settled samples
 
 
+def test_a_config_with_one_settled_sample_reports_the_spread_of_all_its_samples_not_zero():
+    """A race of few rounds (as the examples run on CPU, ``n_repeat=3``) settles its leaders in its last round: one
+    settled sample (one ratio) each. Their spread was 0 (``+-0.0%`` in ``show``), so a runner-up's gap inside the
+    noise of the config's samples read as real (no near tie); the spread is now that of every sample timed."""
+    race = Race([0, 1], RacePlan(max_rounds=2, final_top=3, seed="s"))
+    times = {0: [3.45, 2.69], 1: [2.77, 2.72]}
+    for r in range(2):
+        for i in race.order():
+            race.record(i, [times[i][r]])
+        race.end_round()
+    assert race.settled_from == 1 and race.finished(0.0) and len(race.entrants[0].settled) == 1
+    noisy, steady = race.outcome(0, "c0", 0), race.outcome(1, "c1", 0)
+    assert noisy.spread > 0.05 and 0.0 < steady.spread < 0.05, (noisy.spread, steady.spread)
+
+
 def test_a_fast_leader_sends_more_configs_to_the_settled_block_on_every_rank_alike():
     """Eight close configs: under ``fast_below_ms`` per call (spans that carry the host's noise) the 6 best go on to
     the settled rounds, above it the 3 best; the choice follows the group's samples, so every rank makes it."""

@@ -252,8 +252,12 @@ class Standings:
         own = medians.get(own_rank)
         # a settled leader's drift-free time, under either statistic: its time where a quiet race takes it again
         drift_free = self._drift_free(index) if e.settled else None
+        # the spread of what the time is taken from, where that holds two samples or more; else of every sample timed
+        # (one settled sample or ratio has no spread of its own: 0 there read as an exact time, and a runner-up's gap
+        # inside the noise as a real one)
+        basis = next((b for b in (relative, e.deciding()) if len(b) >= 2), timed)
         return Outcome(index, description, state, time=self._rank_key(index)[0],
-                       spread=spread(relative or e.deciding()), per_rank=per_rank, samples=len(timed), own=own,
+                       spread=spread(basis), per_rank=per_rank, samples=len(timed), own=own,
                        order=list(e.positions), round_times=timed,
                        settled_time=self.settled_noise and bool(e.settled), drift_free=drift_free)
 
