@@ -37,7 +37,7 @@ def markdown(report: dict) -> str:
     """``search.md``: the tune, compile and campaign tables of ``report``."""
     env = report.get("environment", {})
     lines = [f"# Large spaces: ours vs stock, {env.get('gpu')} (torch {env.get('torch')}, triton "
-             f"{env.get('triton')}, {env.get('cpus')} CPUs, search option: {env.get('search_option')}, "
+             f"{env.get('triton')}, {env.get('cpus')} CPUs, "
              f"TRITON_DIST_AUTOTUNE_SEARCH={env.get('search_env')})", "",
              "Ratios: choice time / best time; `dev` = exhaustive device-time oracle (CUDA graphs, sustained), "
              "`eager` = sustained eager oracle over the candidates. Tuning seconds exclude compiles.", ""]

@@ -24,7 +24,7 @@ from examples.gemm_kernels import (
     prune_by_shared_memory,
     to_triton_config,
 )
-from examples.moe_gemm import make_tuned_moe, search_option
+from examples.moe_gemm import make_tuned_moe
 
 parsed = functools.lru_cache(maxsize=None)(to_triton_config)  # a GEMM config string, parsed once
 
@@ -91,7 +91,7 @@ class GemmSpace:
 
         @tdt.autotune([{"config": c} for c in self.configs], key_fn=lambda a, b, c: (tuple(a.shape), tuple(b.shape)),
                       prune_fn=lambda cfg, a, b, c: prune_by_shared_memory(cfg["config"], 2, H100_SHARED_MEMORY_BYTES),
-                      name=name, **search_option(search))
+                      name=name, search=search or "auto")
         def gemm_fn(a, b, c, *, config):
             space._launch(kernel, a, b, c, config)
 

@@ -88,7 +88,6 @@ from _search_tuners import ours_tuning, precompile  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
-from examples.moe_gemm import supports_search  # noqa: E402
 
 SHAPES = (16, 32, 64, 128, 256, 512, 2048, 8192)
 CAMPAIGN_BATCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 6144, 8192)
@@ -153,7 +152,6 @@ def phase_tune(spaces: list[Any], shapes: list[int], tuners: list[str], tunings:
             if "exhaustive" in tuners:
                 row["exhaustive"] = [ours_tuning(space, ours_kernel, st, f"bs_ex_{space.name}_{m}_{os.getpid()}",
                                                  "exhaustive")]
-                row["exhaustive_option"] = supports_search()
             if "stock" in tuners:
                 row["stock"] = []
                 for _ in range(stock_tunings):
@@ -265,7 +263,7 @@ def main() -> int:
     report_path = out / "search.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     report["environment"] = {"gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__,
-                             "cpus": os.cpu_count(), "search_option": supports_search(),
+                             "cpus": os.cpu_count(),
                              "search_env": os.environ.get("TRITON_DIST_AUTOTUNE_SEARCH"), "base": str(BASE)}
     say(f"{gpu_name()}, spaces {[s.name for s in spaces]} ({[len(s.configs) for s in spaces]} configs before "
         f"pruning), shapes {shapes}, phases {phases}, temp folders under {BASE}")

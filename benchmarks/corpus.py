@@ -46,7 +46,6 @@ from _search_common import State  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 
 from examples.gemm_kernels import H100_SHARED_MEMORY_BYTES, prune_by_shared_memory  # noqa: E402
-from examples.moe_gemm import search_option  # noqa: E402
 
 GEMM_SHAPES = (16, 64, 256, 1024, 4096, 8192)
 MOE_SHAPES = (16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -169,7 +168,7 @@ class SoftmaxSpace:
 
         @bs.tdt.autotune([{"config": c} for c in self.configs], key_fn=lambda x, y: tuple(x.shape),
                          prune_fn=lambda cfg, x, y: cfg["config"] in space.kept(f"{x.shape[0]}x{x.shape[1]}"),
-                         name=name, **search_option(search))
+                         name=name, search=search or "auto")
         def softmax_fn(x, y, *, config):
             space._launch(kernel, x, y, config)
 

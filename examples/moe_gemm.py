@@ -41,12 +41,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import inspect
 import json
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -107,31 +105,14 @@ def moe_prune(config: dict[str, Any], a: torch.Tensor, w: torch.Tensor, routing:
     return moe_prune_for(config, a.shape[0], routing.top_k, w.shape[0], a.element_size(), limit)
 
 
-def supports_search() -> bool:
-    """Whether this ``triton_dist_tune.autotune`` takes ``search=`` (the search stage of issue 28)."""
-    return "search" in inspect.signature(tdt.autotune).parameters
-
-
-def search_option(search: str | None) -> dict[str, str]:
-    """``{"search": search}`` where the tuner has the option; without it, a warning and nothing (the tuner then
-    races every kept config: what ``search="exhaustive"`` means)."""
-    if search is None:
-        return {}
-    if supports_search():
-        return {"search": search}
-    warnings.warn(f"triton_dist_tune.autotune has no search= option yet: search={search!r} ignored (every kept "
-                  "config is raced)", stacklevel=3)
-    return {}
-
-
 def make_tuned_moe(space: Sequence[dict[str, int]], name: str = "moe_gemm", search: str | None = None,
                    kernel: Any = None, **options: Any) -> Callable[..., torch.Tensor]:
     """``moe(a, w, routing)`` tuned by ``triton_dist_tune.autotune`` over ``space`` (key: :func:`moe_key`,
-    prune: :func:`moe_prune`). ``search`` is passed on where the tuner has it (see :func:`search_option`);
+    prune: :func:`moe_prune`). ``search``: the tuner's ``search=`` (None: ``"auto"``);
     ``kernel`` is the Triton kernel to launch (default :func:`fused_moe_kernel`); ``options`` go to the decorator."""
 
     @tdt.autotune([dict(c) for c in space], key_fn=moe_key, prune_fn=moe_prune, name=name,
-                  **search_option(search), **options)
+                  search=search or "auto", **options)
     def moe(a: torch.Tensor, w: torch.Tensor, routing: Routing, *, BLOCK_SIZE_M: int, BLOCK_SIZE_N: int,
             BLOCK_SIZE_K: int, GROUP_SIZE_M: int, num_warps: int, num_stages: int) -> torch.Tensor:
         """The MoE grouped GEMM at one config: a new ``[M, top_k, N]`` output (allocated per call, as vLLM's
@@ -254,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     quick = {} if cuda else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
     moe = make_tuned_moe(space, search=args.search, **quick)
     w = make_weights(problem, device, dtype)
-    result: dict[str, Any] = {"world": world, "space": len(space), "search_option": supports_search()}
+    result: dict[str, Any] = {"world": world, "space": len(space)}
 
     if args.campaign:
         batches = args.batches or (CPU_CAMPAIGN_BATCHES if tiny else CAMPAIGN_BATCHES)

@@ -25,7 +25,6 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from examples.gemm_kernels import LARGE_AXES, large_gemm_config_specs, shared_memory_bytes  # noqa: E402
-from examples.moe_gemm import supports_search  # noqa: E402
 from examples.moe_kernels import (  # noqa: E402
     CPU_PROBLEM,
     FULL_AXES,
@@ -154,8 +153,6 @@ def example_ranks(tmp_path: Path, args: list[str], timeout: float) -> tuple[str,
 def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
     """The example's single-call mode tuned on 2 gloo ranks (interpreter, tiny space) with the search forced: right
     result, the same config everywhere. (The defaults are run by the campaign test below, on 3 batch sizes.)"""
-    if not supports_search():
-        pytest.skip("this triton_dist_tune has no search= option")
     stdout, output, _ = example_ranks(tmp_path, ["--tiny", "--tokens", "6", "--search", "search"], 220)
     results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert len(results) == 1, output[-4000:]
@@ -222,8 +219,7 @@ def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path)
         assert row["device_oracle"]["ratios"][choice] >= 1.0
         assert row["eager_oracle"]["ratios"][choice] >= 1.0
     assert row["ours"][0]["decision"].get("timing")
-    if supports_search():  # the search ran and its Decision says so
-        assert row["ours"][0]["decision"].get("search"), row["ours"][0]["decision"]
+    assert row["ours"][0]["decision"].get("search"), row["ours"][0]["decision"]
     assert "| gemm | 3 |" in (out / "search.md").read_text()
 
 
