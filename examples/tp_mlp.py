@@ -14,7 +14,9 @@ could choose differently, and the last one to write the shared cache entry would
 
 Demo: ``bash launch.sh --nproc 4 examples/tp_mlp.py`` (or ``torchrun --nproc-per-node 4 ...``): the
 4 ranks form two TP groups of 2 (two replicas), tuned as one, check against a dense reference and print
-one line per rank with the configs it runs: the same on every rank.
+one line per rank with the configs it runs: the same on every rank. On an even number of ranks the TP groups
+are of 2 ranks; on an odd number each rank is a TP group of its own (TP size 1, printed as ``tp rank 0/1``),
+and every rank a replica.
 """
 
 from __future__ import annotations
