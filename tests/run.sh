@@ -58,7 +58,8 @@ mpi_pid=$!
 # interpreter's teardown (tests/forkserver.py), which left the cores idle while the waiting tests ran: the main pass
 # 538 s with 6 (cores 50-80% busy from its fifth minute on), 488 s with 8 (99% busy until its last minute), back to
 # back, both all passed; TDT_TEST_WORKERS sets another count. Work stealing:
-# a worker that runs out takes tests queued for another, so none idles at the end
+# a worker that runs out takes tests queued for another, so none idles at the end; each worker's first slice starts
+# with its share of the known-slow tests and keeps a module fixture's tests together (tests/slow_first.py)
 workers=${TDT_TEST_WORKERS:-8}
 echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), $workers workers)"
 main=0
