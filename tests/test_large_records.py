@@ -45,6 +45,10 @@ def test_a_decision_of_a_space_too_large_to_record_whole_is_read_back_by_the_nex
     assert path.stat().st_size <= MAX_ENTRY_BYTES, path.stat().st_size
     record = json.loads(path.read_text())
     assert (record.get("pruned_left_out") == configs - 2) == left_out, record.get("pruned_left_out")
+    pruned = [o for o in record["measurements"] if o.get("state") == "pruned"]
+    # written compact, not whole: where the whole record fits after all, this test no longer tests the compact form
+    assert len(pruned) == (0 if left_out else configs - 2), len(pruned)
+    assert all(set(o) <= {"index", "config", "state", "error"} for o in pruned), sorted(pruned[0])
     again = run_python([tmp_path / "tune_alone.py"], env, ROOT, 250)  # the next job: served from the cache
     assert again.returncode == 0, again.stderr[-3000:]
     assert "tuning again" not in again.stderr and parse_results(again.stdout)[-1]["runs"] == 1, again.stderr[-2000:]
