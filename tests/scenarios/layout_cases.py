@@ -147,8 +147,13 @@ def groups_created_in_another_order_on_one_rank():
 @case
 def groups_created_in_another_order_on_one_rank_coming_late():
     """As :func:`groups_created_in_another_order_on_one_rank`, rank 1 calling 1.5 s after rank 0: rank 0 finds rank
-    1's name a look before rank 1 finds rank 0's, which rank 0 leaves in the store as it raises."""
+    1's name a look before rank 1 finds rank 0's, which rank 0 leaves in the store as it raises. Then both tune on
+    the default group (the same global ranks), rank 0 coming to it 5 s late: the key it left is no sign that it
+    waits elsewhere (it left before rank 1's wait began)."""
     groups_in_other_orders(late_s=1.5)
+    if dist.get_rank() == 0:
+        time.sleep(5.0)
+    call(layer("default_after"))
 
 
 def groups_in_other_orders(late_s: float) -> None:

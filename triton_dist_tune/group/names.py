@@ -17,14 +17,19 @@ fingerprinted as in the group's namespace):
 
 - nothing during a wait's first :data:`WRITE_S` seconds, nor at any exchange but a channel's first (where ranks
   that name a group otherwise meet; at a later one they have met), nor where this process registered in no job;
-- at the first look from :data:`WRITE_S` seconds on: ``P groups/<R>/<global rank>`` set to the name this rank knows
-  the group by (one request, once per wait); deleted as the wait ends (one request);
+- at the first look from :data:`WRITE_S` seconds on: a ticket taken from ``P groups/<R>/clock`` (one ``add``) and
+  ``P groups/<R>/<global rank>`` set to the name this rank knows the group by (one request; two in all, once per
+  wait); deleted as the wait ends (one request);
 - at each look from the next one on (once a second): one of the missing ranks' keys, in turn (one request that never
   waits, :func:`~.store_peek.peek`), with group rank 0 among them for a rank other than 0 (it writes no message
   to be seen missing). A key that names another group means that rank waits there: :class:`Names` says so, and the
   wait raises :class:`~triton_dist_tune.errors.BadInputError` (a call's group that cannot be used as given) after
   confirming that the rank's message is still missing. A rank merely late has no key (it is not waiting): waited
   for. A key naming this same group: waited for.
+- a wait that raises so leaves its key for the peers that have not read it yet (:meth:`Names.leave`), marked with a
+  ticket taken as it left: a reader counts such a key only where it left after the reader took its own ticket (so
+  while the reader waited: both waits stood at once, and neither could end). A key left before the reader's wait
+  (the leaver's process has gone on, and may be late to the reader's group, not waiting elsewhere) is waited for.
 
 What is read is plain text (a name of at most :data:`NAME_CHARS` characters), never run. A job whose store
 torchrun's agent hosts registers no job in :mod:`.exits`, and an mpi4py communicator has no store: nothing is
@@ -73,6 +78,8 @@ class Names:
         self.job = exits.current() if first else None
         #: when (seconds waited) the next look is due; whether this wait's key is written; the next missing rank read
         self._due, self._written, self._turn = WRITE_S, False, 0
+        #: the ticket taken as this rank wrote its key (a key another rank left counts only with a later ticket)
+        self._ticket = 0
         if self.job is not None:
             _forget_left(self.job)
 
@@ -80,6 +87,11 @@ class Names:
         """The key under which global rank ``global_rank`` says which group of these ranks it waits at."""
         assert self.job is not None
         return f"{self.job.prefix}groups/{fingerprint(self.global_ranks)}/{global_rank}"
+
+    def clock(self) -> str:
+        """The counter from which the waits at these ranks' groups take their tickets."""
+        assert self.job is not None
+        return f"{self.job.prefix}groups/{fingerprint(self.global_ranks)}/clock"
 
     def look(self, late: Sequence[int], waited: float) -> dict[int, str]:
         """Group rank -> the name it knows this group's ranks' group by, for a rank of ``late`` (the look-up's list
@@ -96,6 +108,7 @@ class Names:
                 self._withdraw()
                 return {}
             if not self._written:
+                self._ticket = int(job.store.add(self.clock(), 1))
                 job.store.set(self.key(self.global_ranks[self.me]), self.name)
                 self._written = True
                 return {}
@@ -110,7 +123,7 @@ class Names:
         except Exception as exc:  # the store is gone or failing: the wait's next request says so
             log.debug("triton_dist_tune: could not look at the names of the missing ranks' groups: %s", exc)
             return {}
-        other = None if value is None else value.decode(errors="replace")[:NAME_CHARS]
+        other = None if value is None else _waiting_at(value.decode(errors="replace"), self._ticket)
         return {} if other is None or other == self.name else {rank: other}
 
     def close(self) -> None:
@@ -121,18 +134,37 @@ class Names:
             log.debug("triton_dist_tune: could not delete this rank's name of its group: %s", exc)
 
     def leave(self) -> None:
-        """The wait ends with this rank raising that its peers wait at another group: its key stays, so that a peer
-        that has not looked yet finds it and raises too (deleted at this process's next first exchange, where it
-        waits somewhere else: :func:`_forget_left`)."""
+        """The wait ends with this rank raising that its peers wait at another group: its key stays, marked with a
+        ticket taken now, so that a peer that waited meanwhile and has not looked yet finds it and raises too, and
+        a peer whose wait begins later does not (deleted at this process's next first exchange, where it waits
+        somewhere else: :func:`_forget_left`)."""
         if self._written and self.job is not None:
             self._written = False
+            key = self.key(self.global_ranks[self.me])
             with _LEFT_LOCK:
-                _left.append(self.key(self.global_ranks[self.me]))
+                _left.append(key)
+            try:
+                self.job.store.set(key, f"{self.name}\n{int(self.job.store.add(self.clock(), 1))}")
+            except Exception as exc:  # the store is gone: nobody reads it
+                log.debug("triton_dist_tune: could not mark this rank's name of its group left: %s", exc)
 
     def _withdraw(self) -> None:
         if self._written and self.job is not None:
             self._written = False
             self.job.store.delete_key(self.key(self.global_ranks[self.me]))
+
+
+def _waiting_at(text: str, ticket: int) -> str | None:
+    """The name a rank's key says it waits under (``text``: its value), None where it is a key left by a wait that
+    ended before the reader took its ``ticket`` (:meth:`Names.leave`) or is not the tuner's."""
+    name, _, left = text.partition("\n")
+    if left:
+        try:
+            if int(left) < ticket:
+                return None
+        except ValueError:
+            return None
+    return name[:NAME_CHARS]
 
 
 #: the keys of waits that ended raising (:meth:`Names.leave`), kept for the peers still waiting
