@@ -132,6 +132,18 @@ def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwis
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_whose_wait_began_before_the_other_named_rank_left_reads_its_key(tmp_path):
+    # rank 0 alone knows the group by another name; rank 3 comes 1.5 s late, its ticket after rank 0 found the others
+    # waiting elsewhere: rank 0 lingers 3 s before it leaves its key, so rank 3 counts it too (without the linger,
+    # rank 3 waited T and raised GroupTimeoutError)
+    results = run_ranks(CASES, 4, ["groups_in_another_order_on_rank_0_of_four_rank_3_late"],
+                        env=tuner_env(tmp_path, 20), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["error"] for r in results] == ["BadInputError"] * 4, describe(results)
+    assert all(r.result["seconds"] < 15 for r in results), describe(results)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", ["groups_created_in_one_order_both_tuned", "groups_created_in_one_order_a_rank_late"])
 def test_groups_of_the_same_ranks_created_in_one_order_are_tuned_early_rank_or_late(tmp_path, case):
     # two groups of the same ranks on every rank, created in one order, tuned one after the other: no rank is told

@@ -23,13 +23,15 @@ fingerprinted as in the group's namespace):
 - at each look from the next one on (once a second): one of the missing ranks' keys, in turn (one request that never
   waits, :func:`~.store_peek.peek`), with group rank 0 among them for a rank other than 0 (it writes no message
   to be seen missing). A key that names another group means that rank waits there: :class:`Names` says so, and the
-  wait raises :class:`~triton_dist_tune.errors.BadInputError` (a call's group that cannot be used as given) after
-  confirming that the rank's message is still missing. A rank merely late has no key (it is not waiting): waited
-  for. A key naming this same group: waited for.
+  wait raises :class:`~triton_dist_tune.errors.BadInputError` (a call's group that cannot be used as given)
+  :data:`LINGER_S` seconds later, after confirming that the rank's message is still missing. A rank merely late
+  has no key (it is not waiting): waited for. A key naming this same group: waited for.
 - a wait that raises so leaves its key for the peers that have not read it yet (:meth:`Names.leave`), marked with a
   ticket taken as it left: a reader counts such a key only where it left after the reader took its own ticket (so
   while the reader waited: both waits stood at once, and neither could end). A key left before the reader's wait
-  (the leaver's process has gone on, and may be late to the reader's group, not waiting elsewhere) is waited for.
+  (the leaver's process has gone on, and may be late to the reader's group, not waiting elsewhere) is waited for;
+  so is one left less than about 2 s into the reader's wait (before its ticket), which the leaver's
+  :data:`LINGER_S` makes a wait that began after the leaver found the other group.
 
 What is read is plain text (a name of at most :data:`NAME_CHARS` characters), never run. A job whose store
 torchrun's agent hosts registers no job in :mod:`.exits`, and an mpi4py communicator has no store: nothing is
@@ -51,6 +53,10 @@ log = logging.getLogger("triton_dist_tune")
 
 #: the seconds of a wait before its rank writes the name it waits under (the first look at its late ranks' ends)
 WRITE_S = START_S
+#: the seconds a wait goes on after it found a rank waiting elsewhere, before it raises and leaves its key: a rank
+#: whose wait had begun when it found it takes its ticket meanwhile (from :data:`WRITE_S` into its wait, at the look
+#: of a slice), before the leaver's (:meth:`Names.leave`)
+LINGER_S = WRITE_S + LOOK_S
 #: the longest name read: torch's names are numbers, or a hash of the ranks (``use_local_synchronization``)
 NAME_CHARS = 80
 #: the names of the threads the tuner starts (its watchdog, beats, clients, compile pools): none runs the user's code
@@ -80,6 +86,9 @@ class Names:
         self._due, self._written, self._turn = WRITE_S, False, 0
         #: the ticket taken as this rank wrote its key (a key another rank left counts only with a later ticket)
         self._ticket = 0
+        #: a rank found waiting elsewhere (group rank -> its name), said once the wait reaches ``_raise_at`` seconds
+        self._found: dict[int, str] = {}
+        self._raise_at = 0.0
         if self.job is not None:
             _forget_left(self.job)
 
@@ -100,6 +109,11 @@ class Names:
         nothing is looked at (see the module docstring), or where the store fails (the wait's own requests then say
         so). At most one store request per look."""
         job = self.job
+        if job is not None and self._found:  # (found: said after LINGER_S, the wait going on meanwhile)
+            if waited < self._raise_at:
+                return {}
+            found, self._found = self._found, {}
+            return found
         if job is None or waited < self._due:
             return {}
         self._due = waited + 0.9 * LOOK_S  # (the slices come a little over LOOK_S apart)
@@ -124,7 +138,9 @@ class Names:
             log.debug("triton_dist_tune: could not look at the names of the missing ranks' groups: %s", exc)
             return {}
         other = None if value is None else _waiting_at(value.decode(errors="replace"), self._ticket)
-        return {} if other is None or other == self.name else {rank: other}
+        if other is not None and other != self.name:
+            self._found, self._raise_at = {rank: other}, waited + LINGER_S
+        return {}
 
     def close(self) -> None:
         """The wait is over: delete this rank's key, where it wrote one."""
