@@ -109,11 +109,11 @@ class Names:
         nothing is looked at (see the module docstring), or where the store fails (the wait's own requests then say
         so). At most one store request per look."""
         job = self.job
-        if job is not None and self._found:  # (found: said after LINGER_S, the wait going on meanwhile)
-            if waited < self._raise_at:
+        if job is not None and self._found:  # (found: said after LINGER_S, the wait going on meanwhile, where no
+            if waited < self._raise_at:  # other thread started meanwhile)
                 return {}
             found, self._found = self._found, {}
-            return found
+            return found if alone() else {}
         if job is None or waited < self._due:
             return {}
         self._due = waited + 0.9 * LOOK_S  # (the slices come a little over LOOK_S apart)
