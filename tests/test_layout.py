@@ -123,8 +123,8 @@ def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwis
         first = r.results[0]
         assert first["error"] == "BadInputError", describe(results)
         message = first["message"]
-        assert f"the first exchange of the group torch named '{name}' here" in message, first
-        assert f"global rank {1 - r.rank} at the group it knows as '{there}'" in message, first
+        assert f"the first exchange of the group torch named '{name}' (by the order of" in message, first
+        assert f"global rank {1 - r.rank} at the group torch named '{there}'" in message, first
         assert "global ranks [0, 1]" in message and "use_local_synchronization=True" in message, first
         assert first["seconds"] < NAMES_T / 4, first
         if case.endswith("late"):
@@ -133,14 +133,17 @@ def test_a_group_that_ranks_created_in_other_orders_is_said_to_be_named_otherwis
 
 @pytest.mark.timeout(120)
 def test_a_rank_whose_wait_began_before_the_other_named_rank_left_reads_its_key(tmp_path):
-    # rank 0 alone knows the group by another name; rank 3 comes 1.5 s late, its ticket after rank 0 found the others
-    # waiting elsewhere: rank 0 lingers 3 s before it leaves its key, so rank 3 counts it too (without the linger,
-    # rank 3 waited T and raised GroupTimeoutError)
+    # rank 0 alone tunes on the default group, the others on a group of all four; rank 3 comes 1.5 s late, its ticket
+    # after rank 0 found the others waiting elsewhere: rank 0 lingers 3 s before it leaves its key, so rank 3 counts
+    # it too (without the linger, rank 3 waited T and raised GroupTimeoutError). Every rank is told that some tune
+    # on the default group (before: "by the order of this rank's new_group calls", of the default group too)
     results = run_ranks(CASES, 4, ["groups_in_another_order_on_rank_0_of_four_rank_3_late"],
                         env=tuner_env(tmp_path, 20), timeout=90)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert [r.result["error"] for r in results] == ["BadInputError"] * 4, describe(results)
     assert all(r.result["seconds"] < 15 for r in results), describe(results)
+    assert all("the default group (torch's '0')" in r.result["message"] and "autotune_pg=" in r.result["message"]
+               for r in results), describe(results)
 
 
 @pytest.mark.timeout(120)

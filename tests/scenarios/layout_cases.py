@@ -158,17 +158,14 @@ def groups_created_in_another_order_on_one_rank_coming_late():
 
 @case
 def groups_in_another_order_on_rank_0_of_four_rank_3_late():
-    """4 ranks, two groups of all four: rank 0 creates them in one order, ranks 1-3 in the other; all tune on their
-    TP group, rank 3 calling 1.5 s after the others (its ticket comes after rank 0 found rank 1 or 2 elsewhere)."""
+    """4 ranks: rank 0 tunes on the default group, ranks 1-3 on a group they made of all four (torch's '1'), rank 3
+    calling 1.5 s after the others (its ticket comes after rank 0 found rank 1 or 2 elsewhere)."""
     tdt.init_distributed()
-    me, ranks = dist.get_rank(), [0, 1, 2, 3]
-    if me == 0:
-        tp, _other = dist.new_group(ranks), dist.new_group(ranks)
-    else:
-        _other, tp = dist.new_group(ranks), dist.new_group(ranks)
+    me = dist.get_rank()
+    everyone = dist.new_group([0, 1, 2, 3])
     if me == 3:
         time.sleep(1.5)
-    call(layer("named_by_order"), autotune_pg=tp)
+    call(layer("named_by_order"), autotune_pg=None if me == 0 else everyone)
 
 
 def groups_in_other_orders(late_s: float) -> None:

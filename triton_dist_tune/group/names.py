@@ -205,10 +205,27 @@ def named_otherwise_message(opening: str, name: str, global_ranks: Sequence[int]
     """The error of a wait (``opening``: who waited, how long, where) at the first exchange of group ``name`` (of
     ``global_ranks``) whose missing ranks ``found`` (group rank -> its name of their group) wait at another group
     of the same global ranks."""
-    there = "; ".join(f"global rank {global_ranks[r]} at the group it knows as '{n}'" for r, n in sorted(found.items()))
-    return (f"{opening}, the first exchange of the group torch named '{name}' here (by the order of this rank's "
-            f"new_group calls), while the ranks it waits for wait at the first exchange of another group of the same "
-            f"global ranks {list(global_ranks)}: {there}. The ranks created their groups of these ranks in different "
-            "orders, so torch named this group otherwise there (or they tune these groups in different orders), and "
-            "the waits can never meet: create the groups in the same order on every rank, or with "
-            "use_local_synchronization=True (torch then names a group by a hash of its ranks, alike on every rank)")
+    there = "; ".join(f"global rank {global_ranks[r]} at {_called(n)}" for r, n in sorted(found.items()))
+    opening = f"{opening}, the first exchange of {_called(name)} here, while the ranks it waits for wait at the " \
+              f"first exchange of another group of the same global ranks {list(global_ranks)}: {there}."
+    if DEFAULT in (name, *found.values()):  # one side tunes on the default group, the other on a group of all ranks
+        return (f"{opening} Some ranks tune on the default group and others on a group they made of all the ranks "
+                "(or they tune on these groups in different orders), and the waits can never meet: pass the same "
+                "group (autotune_pg=) on every rank")
+    return (f"{opening} The ranks created their groups of these ranks in different orders, so torch named this group "
+            "otherwise there (or they tune these groups in different orders), and the waits can never meet: create "
+            "the groups in the same order on every rank, or with use_local_synchronization=True (torch then names a "
+            "group by a hash of its ranks, alike on every rank)")
+
+
+#: torch's name of the default group (``dist.group.WORLD``)
+DEFAULT = "0"
+
+
+def _called(name: str) -> str:
+    """How the error names a group torch named ``name``."""
+    if name == DEFAULT:
+        return "the default group (torch's '0')"
+    if name.isdigit():
+        return f"the group torch named '{name}' (by the order of that rank's new_group calls)"
+    return f"the group torch named '{name}'"
