@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import ROOT
+from harness import ROOT, base_env, run_python
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -89,15 +89,13 @@ def test_validate_search_judges_the_choices_on_this_host_beside_the_corpuss_best
     chosen are timed against each other on this host, and each choice gets its ``ratio_here`` beside the corpus's
     ratio (the corpus was recorded on another host: the twelfth session found hosts that rank its best configs
     otherwise). On CPU: Triton's interpreter, the smoke's tiny space, a corpus written here."""
-    import os
     import subprocess
 
     def validate(corpus: Path, out: Path, *extra: str) -> dict:
-        env = {**os.environ, "TRITON_INTERPRET": "1", "HOME": str(tmp_path / "home")}
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_search.py"), "--family",
-                               "gemm_k4096_n4096", "--corpus", str(corpus), "--shapes", "16", "--tunings", "2",
-                               "--out", str(out), "--cpu-smoke", *extra], capture_output=True, text=True,
-                              timeout=240, env=env)
+        # a process of its own, forked from the tests' server (the script sets its own HOME and folders at import)
+        done = run_python([ROOT / "benchmarks" / "validate_search.py", "--family", "gemm_k4096_n4096", "--corpus",
+                           corpus, "--shapes", "16", "--tunings", "2", "--out", out, "--cpu-smoke", *extra],
+                          base_env(), timeout=240)
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(out.read_text())
 
@@ -132,8 +130,6 @@ def test_validate_search_records_every_probe_and_every_screening_sample_with_its
     of the machine) can be told from a config's own mode (``benchmarks/results/session_h200_25``: nine MoE configs
     read 10% fast in one tuning, and the rows could not say when). On CPU, in a process of its own (importing the
     script sets fresh folders for the process): a 100-config function searched on one rank."""
-    import os
-    import subprocess
 
     script = tmp_path / "record.py"
     script.write_text(f"""
@@ -156,8 +152,7 @@ decision = next(iter(spin.tuner.decisions.values()))
 print(json.dumps({{"search": decision.search, "probes": validate_search.PROBES, "samples": validate_search.SAMPLES,
                   "screened": [o.index for o in decision.outcomes if o.state != "pruned"]}}))
 """)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "HOME": str(tmp_path / "home")})
+    done = run_python([script], base_env(), timeout=240)  # a fork of the tests' server: a process of its own
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["search"].startswith("search: ") and " of 100 configs screened" in got["search"], got["search"]
@@ -192,28 +187,23 @@ def test_judge_regimes_times_the_configs_named_and_refuses_a_config_the_shape_do
     as ties 1.016-1.061, and among heavy layers they read within 1%): on CPU, the graph20 regime on the wall clock,
     each named config's ratio and its two halves in the report; a name the shape does not keep is refused before
     anything is timed. In processes of their own (importing the script sets fresh folders for the process)."""
-    import os
-    import subprocess
 
     script = ROOT / "benchmarks" / "judge_regimes.py"
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "TRITON_INTERPRET": "1"}
+    env = base_env()  # forks of the tests' server (the script sets its own HOME and folders at import)
     names = ["M16-N32-K16-G1-w4-s2", "M16-N32-K32-G16-w4-s2"]
     out = tmp_path / "moe.json"
-    done = subprocess.run([sys.executable, str(script), "--family", "moe", "--shape", "32", "--configs",
-                           ",".join(names), "--rounds", "2", "--out", str(out), "--cpu-smoke"],
-                          capture_output=True, text=True, timeout=240, env=env)
+    done = run_python([script, "--family", "moe", "--shape", "32", "--configs", ",".join(names), "--rounds", "2",
+                       "--out", out, "--cpu-smoke"], env, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(out.read_text())
     assert sorted(got["graph20"]["ratios"]) == names and min(got["graph20"]["ratios"].values()) == 1.0
     assert all(len(got["graph20"]["halves"][n]) == 2 for n in names)
     assert all(n in done.stdout for n in names)
-    refused = subprocess.run([sys.executable, str(script), "--family", "moe", "--shape", "32", "--configs",
-                              f"{names[0]},M999-nope", "--out", str(tmp_path / "no.json"), "--cpu-smoke"],
-                             capture_output=True, text=True, timeout=240, env=env)
+    refused = run_python([script, "--family", "moe", "--shape", "32", "--configs", f"{names[0]},M999-nope", "--out",
+                          tmp_path / "no.json", "--cpu-smoke"], env, timeout=240)
     assert refused.returncode == 2 and "M999-nope" in refused.stderr and not (tmp_path / "no.json").exists()
-    typo = subprocess.run([sys.executable, str(script), "--family", "moe", "--shape", "32", "--configs",
-                           ",".join(names), "--preludes", "flush,heavvy5", "--out", str(tmp_path / "no.json"),
-                           "--cpu-smoke"], capture_output=True, text=True, timeout=240, env=env)
+    typo = run_python([script, "--family", "moe", "--shape", "32", "--configs", ",".join(names), "--preludes",
+                       "flush,heavvy5", "--out", tmp_path / "no.json", "--cpu-smoke"], env, timeout=240)
     assert typo.returncode == 2 and "heavvy5" in typo.stderr and not (tmp_path / "no.json").exists()
 
 
