@@ -1,3 +1,5 @@
+import atexit
+import gc
 import os
 import sys
 import tempfile
@@ -8,3 +10,16 @@ from slow_first import pytest_collection_modifyitems  # noqa: E402,F401  (the kn
 
 # rank logs of tests that name no log folder go to a temporary one, never into the checkout or the home folder
 os.environ.setdefault("TRITON_DIST_AUTOTUNE_LOG_DIR", tempfile.mkdtemp(prefix="triton-dist-tune-test-logs-"))
+
+
+def pytest_collection_finish(session) -> None:
+    """What collection left alive (torch, Triton, matplotlib and every test module: about 270,000 objects in a
+    worker that collects the whole suite) is moved out of the collector's walks (``gc.freeze``): each full collection
+    walked it all again, about 0.08 CPU-s each (5 files' tests run after collecting the suite: full collections 1.6
+    CPU-s, 0.55 frozen, 0.49 of which during collection, before the freeze). The objects a test makes are collected
+    as before; the frozen ones are given back (``gc.unfreeze``) at exit, before the interpreter's last collection."""
+    gc.collect()
+    gc.freeze()
+
+
+atexit.register(gc.unfreeze)
