@@ -8,13 +8,11 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, describe, run_cli, run_python, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_cli, run_python, run_ranks, spawn, tuner_env
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
@@ -146,18 +144,17 @@ def big_bundle(tmp_path: Path, count: int) -> Path:
 
 
 def killed_import(bundle: Path, cache: Path) -> list[Path]:
-    """Run ``triton-dist-tune import BUNDLE`` in a process of its own, SIGKILL it once it has staged some of the
-    bundle's temporary files (polled for), and return the temporary files it left, set back two minutes (a write
-    cut short long ago: :data:`~triton_dist_tune.disk.files.CUT_WRITE_S`)."""
-    command = [sys.executable, "-m", "triton_dist_tune", "import", str(bundle), "--cache-dir", str(cache)]
-    proc = subprocess.Popen(command, env=base_env({}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Run ``triton-dist-tune import BUNDLE`` in a process of its own (a fork of the tests' server), SIGKILL it once
+    it has staged some of the bundle's temporary files (polled for), and return the temporary files it left, set back
+    two minutes (a write cut short long ago: :data:`~triton_dist_tune.disk.files.CUT_WRITE_S`)."""
+    proc = spawn("-m", ["triton_dist_tune", "import", str(bundle), "--cache-dir", str(cache)], base_env({}))
     deadline = time.monotonic() + 60
     try:
         while len(list(cache.glob("moe/.*.import"))) < 5 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.returncode
     left = sorted(cache.glob("moe/.*.import"))
     assert left, sorted(p.name for p in cache.glob("moe/*"))[:10]

@@ -12,12 +12,11 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from harness import base_env, run_cli
+from harness import base_env, run_cli, run_python
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND, MAX_BUNDLE_BYTES
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
@@ -347,9 +346,7 @@ def test_a_fifo_in_the_cache_holds_neither_import_nor_the_tuners_write(tmp_path)
     assert done.returncode != 0 and "nothing was imported" in done.stderr and "Traceback" not in done.stderr, done
     script = tmp_path / "tune_over_fifo.py"
     script.write_text(TUNE_OVER_FIFO)
-    done = subprocess.run([sys.executable, str(script)], env={**base_env(), "TRITON_DIST_AUTOTUNE_CACHE_DIR":
-                                                              str(tmp_path / "tuned")}, capture_output=True,
-                          text=True, timeout=120)
+    done = run_python([script], {**base_env(), "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "tuned")}, timeout=120)
     assert done.returncode == 0 and "decided again" in done.stdout, (done.stdout, done.stderr[-2000:])
 
 
