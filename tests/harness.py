@@ -136,8 +136,10 @@ def ended_result(proc: Any, timeout: float) -> dict:
 
 def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
               timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None,
-              stuck: Sequence[int] = (), wrap: dict[int, Sequence[str]] | None = None) -> list[RankResult]:
-    """Run ``n`` ranks of ``script``; raise TimeoutError (after killing them) if they outlive ``timeout``.
+              stuck: Sequence[int] = (), wrap: dict[int, Sequence[str]] | None = None,
+              cwd: str | Path | None = None) -> list[RankResult]:
+    """Run ``n`` ranks of ``script`` (``-m`` with ``args`` beginning with a module's name: ``python -m``) in folder
+    ``cwd`` (this process's where None); raise TimeoutError (after killing them) if they outlive ``timeout``.
     The ranks in ``stuck`` are expected never to end: once every other rank has ended they are SIGKILLed (not
     waited for; their return code is then -9). ``wrap``: rank -> a command that runs that rank (:func:`spawn`)."""
     port = free_port()
@@ -147,7 +149,7 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
         rank_env.update({"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         rank_env.update((per_rank_env or {}).get(rank, {}))
-        procs.append(spawn(script, list(args or []), rank_env, (wrap or {}).get(rank, ())))
+        procs.append(spawn(script, list(args or []), rank_env, (wrap or {}).get(rank, ()), cwd))
     deadline = time.monotonic() + timeout
     outputs = []
     timed_out = False

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import ROOT, base_env, run_cli, run_command, tune_alone, tuner_env
+from harness import ROOT, base_env, describe, run_cli, run_command, run_ranks, tune_alone, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.records import Outcome
@@ -402,9 +402,11 @@ def test_rank_local_campaign_decisions_are_listed_as_local_and_show_names_the_ra
     from triton_dist_tune.disk.decisions import scan
 
     work, env = campaign_work(tmp_path)
-    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
-                        "--calls", "camp_mod:build", "--keys", "8", "16", "--rank-local"], work, env, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the job: 2 ranks of ``python -m triton_dist_tune campaign`` (forks of the tests' server, torchrun's variables);
+    # test_newcomer.py runs this command under launch.sh and real torchrun
+    ranks = run_ranks("-m", 2, ["triton_dist_tune", "campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys",
+                                "8", "16", "--rank-local"], env=env, timeout=240, cwd=work)
+    assert all(r.returncode == 0 for r in ranks), describe(ranks)
     cache = tmp_path / "cache"
     listed = cli("list", "--cache-dir", cache)
     assert listed.returncode == 0, listed.stderr
