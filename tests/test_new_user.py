@@ -3,14 +3,22 @@ per-rank error texts."""
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 
-pytest.importorskip("matplotlib")
 
-from triton_dist_tune.cli import plots  # noqa: E402
+@pytest.fixture(scope="module")
+def plots() -> ModuleType:
+    """The plot module, imported by the tests that use it (matplotlib's pyplot: 0.4 CPU-s at every worker's
+    collection, where it was imported at this module's)."""
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+
+    return plots
 
 
-def test_plot_labels_keep_the_fields_that_tell_configs_apart():
+def test_plot_labels_keep_the_fields_that_tell_configs_apart(plots):
     base = "{gemm_config: Config({BLOCK_K: 32, BLOCK_M: 64, BLOCK_N: 128, GROUP_M: 8, num_ctas: 1, num_stages: 3, "
     configs = [base + "num_warps: 4})}", base + "num_warps: 8})}"]
     assert configs[0][:38] == configs[1][:38]  # cut at 38 characters (as before) they looked identical
@@ -22,7 +30,7 @@ def test_plot_labels_keep_the_fields_that_tell_configs_apart():
     assert plots.config_labels(["BLOCK: 16", "BLOCK: 32"]) == ["BLOCK: 16", "BLOCK: 32"]  # short: whole
 
 
-def test_plot_time_axis_is_logarithmic_when_times_span_a_lot():
+def test_plot_time_axis_is_logarithmic_when_times_span_a_lot(plots):
     assert plots.log_scale([0.63, 285.0, 120.0])  # a 0.63 ms winner beside 285 ms losers
     assert not plots.log_scale([1.0, 1.2, 3.0])
     assert not plots.log_scale([])
