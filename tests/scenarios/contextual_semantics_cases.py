@@ -512,6 +512,19 @@ def stand_in_for_a_new_key():
     emit(rank=rank(), calls=calls)
 
 
+@triton.jit
+def add_one_kernel(x, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def block_64_or_128(hook, **autotune_options):
+    """A ``triton.autotune`` kernel adding 1 to ``x[:n]``, keyed by ``n``, of 2 configs: BLOCK 64 and 128, each with
+    the pre-hook ``hook(i)`` (its index); a kernel of its own per call, as each scenario's decisions are its own."""
+    return triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128))],
+                           key=["n"], **autotune_options)(add_one_kernel)
+
+
 def _rank_1_keeps_only_64(configs, nargs, **kwargs):
     return configs[:1] if rank() == 1 else configs
 
@@ -534,12 +547,7 @@ def pruned_choice_met_later():
             spend([50.0, 1.0][i])
         return h
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128))],
-                     key=["n"], prune_configs_by={"early_config_prune": _rank_1_keeps_only_64})
-    @triton.jit
-    def kern(x, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+    kern = block_64_or_128(hook, prune_configs_by={"early_config_prune": _rank_1_keeps_only_64})
 
     @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=1)
     def layer(x):
@@ -589,12 +597,7 @@ def caches_cleared_after_a_decision():
             spend([50.0, 1.0][i])
         return h
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128))],
-                     key=["n"])
-    @triton.jit
-    def kern(x, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+    kern = block_64_or_128(hook)
 
     @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=1)
     def layer(sizes):
