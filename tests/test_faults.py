@@ -700,18 +700,24 @@ def test_corrupt_truncated_and_half_written_cache_files_are_tuned_again(env):
     assert all(r.returncode == 0 for r in results), describe(results)
     assert seconds < 60
     damages = ["truncated", "binary", "not_an_object", "index_not_int"]
-    for r in results:
-        assert r.result["first"] == 0 and r.result["files"] == 1
-        for damage in damages:
-            assert r.result[damage] == [0, 1], damage  # chose 0 again, after tuning again
-        assert r.result["tmp_leftover_with_file"] == [0, 0]  # the real file is used, the leftover ignored
-        assert r.result["tmp_leftover_alone"] == [0, 1]
-        assert r.result["valid_json_after"] == "{variant: 0}"
+    # which config wins each tuning is a timed race (5 ms against 40 ms, two cold samples), which a loaded machine
+    # has closed once: the claims here are that every damaged file is tuned again and that the ranks agree, so the
+    # choices are read from the results, not assumed to be config 0
+    assert results[0].result == {**results[1].result, "rank": 0}, describe(results)
+    outcome = results[0].result
+    assert outcome["files"] == 1
+    for damage in damages:
+        assert outcome[damage][1] == 1, damage  # tuned again
+    first = outcome["first"]
+    assert outcome["tmp_leftover_with_file"] == [first, 0]  # the real file is used (its choice), the leftover ignored
+    assert outcome["tmp_leftover_alone"][1] == 1
+    assert outcome["valid_json_after"] == f"{{variant: {outcome['tmp_leftover_alone'][0]}}}"
     assert results[0].stderr.count("tuning again") == len(damages), describe(results)  # only rank 0 reads
     tunings = 1 + len(damages) + 1  # the first, one per damage, and the lone leftover: silently tuned again
-    finals = tunings + 1  # and the cache hit next to the leftover
-    assert_calls(env, 2, {0: {"0.0": tunings * RUNS + finals}, 1: {"0.0": tunings * RUNS},
-                          2: {"0.0": tunings * RUNS}, 3: {"0.0": tunings * RUNS}})
+    # after each tuning, and at the cache hit next to the leftover, the call runs its choice once more
+    finals = [first, *(outcome[damage][0] for damage in damages), first, outcome["tmp_leftover_alone"][0]]
+    assert len(finals) == tunings + 1
+    assert_calls(env, 2, {c: {"0.0": tunings * RUNS + finals.count(c)} for c in range(4)})
 
 
 @pytest.mark.timeout(90)
