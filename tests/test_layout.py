@@ -8,7 +8,7 @@ import os
 import signal
 
 import pytest
-from harness import HERE, base_env, describe, run_cli, run_process, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_cli, run_process, run_ranks, stopping_at, tuner_env
 
 CASES = HERE / "scenarios" / "layout_cases.py"
 T = 40  # the exchanges' timeout: "at once" below is under a quarter of it
@@ -159,6 +159,24 @@ def test_groups_of_the_same_ranks_created_in_one_order_are_tuned_early_rank_or_l
     if case.endswith("late"):
         waited = [results[0].results[0]["seconds"], results[1].results[1]["seconds"]]
         assert all(w > 3.5 for w in waited), describe(results)  # (past the first read of the late rank's name)
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_stopped_as_its_first_wait_ends_with_its_name_still_up_is_waited_for_at_another_group(tmp_path):
+    # rank 1 waited 3 s at group '1''s first exchange (writing its name there) and is stopped (SIGSTOP, 12 s) as
+    # that wait ends, before it deletes its key; the call ends there on both ranks (rank 1's key_fn raises), and rank
+    # 0 waits for rank 1 at group '2', reading rank 1's key naming '1'. The keys that wait waited for are all in the
+    # store (rank 1 met rank 0 there): it is waited for, and both tune group '2' once rank 1 goes on. Before: rank 0
+    # raised BadInputError 6 s into its wait ("global rank 1 at the group torch named '1'"), and rank 1 then waited
+    # T for it (GroupTimeoutError)
+    stopper = stopping_at(tmp_path / "stop-me.rank1", resume_after=12.0)
+    results = run_ranks(CASES, 2, ["groups_in_one_order_a_rank_stopped_as_its_first_wait_ends"],
+                        env=tuner_env(tmp_path, NAMES_T, FAULT_DIR=str(tmp_path)), timeout=130)
+    stopper.join(timeout=5)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert [x["error"] for x in r.results] == ["BadInputError", None], describe(results)
+    assert results[0].results[1]["seconds"] > 6.5, describe(results)  # (rank 0 waited past its look and linger)
 
 
 @pytest.mark.timeout(120)

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -214,6 +215,45 @@ def groups_tuned_from_two_threads_in_other_orders():
         thread.start()
     for thread in threads:
         thread.join()
+
+
+@case
+def groups_in_one_order_a_rank_stopped_as_its_first_wait_ends():
+    """2 ranks, two groups of both ranks created in one order. Rank 1 waits at the first group's first exchange 3 s
+    for rank 0 (so it writes its name of that group, 2 s into the wait), and stops (SIGSTOP, after writing its pid
+    at ``$FAULT_DIR/stop-me.rank1``: the test continues it) as that wait ends, before it deletes its key. That call
+    ends on both ranks at its first exchange (rank 1's cache_key_extra raises, rank 0's is '': a BadInputError
+    on every rank there, every field alike), and
+    rank 0 goes on to tune on the second group, where it waits for rank 1 past its look at rank 1's key, which
+    still names the first group: rank 1 met rank 0 there, and is waited for (both tunings of the second group
+    complete once it is continued)."""
+    from _cases import pid_marker
+
+    from triton_dist_tune.group import names
+
+    tdt.init_distributed()
+    me = dist.get_rank()
+    first, second = dist.new_group([0, 1]), dist.new_group([0, 1])
+    if me == 1:
+        real, marker = names.Names.close, Path(os.environ["FAULT_DIR"]) / "stop-me.rank1"
+
+        def close(self: names.Names) -> None:  # the wait is over, its key still up: stop here, once
+            if self._written and not marker.exists():
+                pid_marker(marker)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            real(self)
+
+        names.Names.close = close  # type: ignore[method-assign]
+    else:
+        time.sleep(3.0)
+
+    def extra() -> str:
+        if me == 1:
+            raise ValueError("no cache_key_extra on rank 1")
+        return ""
+
+    call(layer("stopped_first", cache_key_extra=extra), autotune_pg=first)
+    call(layer("stopped_second"), autotune_pg=second)
 
 
 def groups_in_one_order(late_s: float) -> None:

@@ -18,14 +18,19 @@ fingerprinted as in the group's namespace):
 - nothing during a wait's first :data:`WRITE_S` seconds, nor at any exchange but a channel's first (where ranks
   that name a group otherwise meet; at a later one they have met), nor where this process registered in no job;
 - at the first look from :data:`WRITE_S` seconds on: a ticket taken from ``P groups/<R>/clock`` (one ``add``) and
-  ``P groups/<R>/<global rank>`` set to the name this rank knows the group by (one request; two in all, once per
-  wait); deleted as the wait ends (one request);
+  ``P groups/<R>/<global rank>`` set to the name this rank knows the group by, with the keys its wait waits for
+  (the exchange's result; group rank 0: its peers' messages; none past :data:`KEYS_CHARS`) (one request; two in
+  all, once per wait); deleted as the wait ends (one request);
 - at each look from the next one on (once a second): one of the missing ranks' keys, in turn (one request that never
   waits, :func:`~.store_peek.peek`), with group rank 0 among them for a rank other than 0 (it writes no message
   to be seen missing). A key that names another group means that rank waits there: :class:`Names` says so, and the
   wait raises :class:`~triton_dist_tune.errors.BadInputError` (a call's group that cannot be used as given)
-  :data:`LINGER_S` seconds later, after confirming that the rank's message is still missing. A rank merely late
-  has no key (it is not waiting): waited for. A key naming this same group: waited for.
+  :data:`LINGER_S` seconds later, after confirming that the rank's message is still missing and that the keys
+  its key lists have not all arrived (one request). Where they have, that rank's wait there is over: it met its
+  peers there (this rank's own part of that exchange among them), and was stopped or slow between its wait's end
+  and the delete of its key, while this rank's call there ended at that exchange on every rank (an agreement's
+  error) and this rank came here: waited for, that key's text not counted again. A rank merely late has no key (it
+  is not waiting): waited for. A key naming this same group: waited for.
 - a wait that raises so leaves its key for the peers that have not read it yet (:meth:`Names.leave`), marked with a
   ticket taken as it left: a reader counts such a key only where it left after the reader took its own ticket (so
   while the reader waited: both waits stood at once, and neither could end). A key left before the reader's wait
@@ -33,7 +38,8 @@ fingerprinted as in the group's namespace):
   so is one left less than about 2 s into the reader's wait (before its ticket), which the leaver's
   :data:`LINGER_S` makes a wait that began after the leaver found the other group.
 
-What is read is plain text (a name of at most :data:`NAME_CHARS` characters), never run. A job whose store
+What is read is plain text (a name of at most :data:`NAME_CHARS` characters, and keys whose presence one ``check``
+asks), never run. A job whose store
 torchrun's agent hosts registers no job in :mod:`.exits`, and an mpi4py communicator has no store: nothing is
 written or read there, and the peers wait ``T`` as before (the timeout's error names this cause among others).
 """
@@ -43,7 +49,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from . import exits
 from .departed import LOOK_S, START_S
@@ -59,6 +66,9 @@ WRITE_S = START_S
 LINGER_S = WRITE_S + LOOK_S
 #: the longest name read: torch's names are numbers, or a hash of the ranks (``use_local_synchronization``)
 NAME_CHARS = 80
+#: the most characters of keys a rank's key lists (the keys its wait waits for: one for a rank other than group
+#: rank 0, the result; one a peer for rank 0); a wait of more lists none, and a reader cannot tell it ended
+KEYS_CHARS = 8192
 #: the names of the threads the tuner starts (its watchdog, beats, clients, compile pools): none runs the user's code
 TUNER_THREADS = ("tdt-", "triton_dist_tune-")
 
@@ -77,18 +87,28 @@ def fingerprint(global_ranks: Sequence[int]) -> str:
 
 class Names:
     """The looks of one wait (of group rank ``me`` of a torch group ``name`` of ``global_ranks``) at the missing
-    ranks' names of the group; ``first``: the wait is at the channel's first exchange (else nothing is done)."""
+    ranks' names of the group; ``first``: the wait is at the channel's first exchange (else nothing is done).
+    ``keys``: the keys the wait waits for (in the store of the group's exchanges), which this rank's key lists;
+    ``arrived``: whether every one of some such keys is in that store (one request; False where it cannot say)."""
 
-    def __init__(self, name: str, global_ranks: Sequence[int], me: int, first: bool) -> None:
+    def __init__(self, name: str, global_ranks: Sequence[int], me: int, first: bool, keys: Sequence[str] = (),
+                 arrived: Callable[[list[str]], bool] | None = None) -> None:
         self.name, self.global_ranks, self.me = name, list(global_ranks), me
         self.job = exits.current() if first else None
+        listed = "\n".join(keys)
+        self._listed = listed if len(listed) <= KEYS_CHARS and all("\n" not in k for k in keys) else ""
+        self._arrived = arrived
         #: when (seconds waited) the next look is due; whether this wait's key is written; the next missing rank read
         self._due, self._written, self._turn = WRITE_S, False, 0
         #: the ticket taken as this rank wrote its key (a key another rank left counts only with a later ticket)
         self._ticket = 0
         #: a rank found waiting elsewhere (group rank -> its name), said once the wait reaches ``_raise_at`` seconds
+        #: unless the keys its key lists (``_found_keys``) have all arrived; its key's text
         self._found: dict[int, str] = {}
-        self._raise_at = 0.0
+        self._raise_at, self._found_text = 0.0, ""
+        self._found_keys: list[str] = []
+        #: group rank -> the text of its key, where the keys it lists had all arrived (its wait there is over)
+        self._over: dict[int, str] = {}
         if self.job is not None:
             _forget_left(self.job)
 
@@ -113,7 +133,7 @@ class Names:
             if waited < self._raise_at:  # other thread started meanwhile)
                 return {}
             found, self._found = self._found, {}
-            return found if alone() else {}
+            return found if alone() and not self._ended(found) else {}
         if job is None or waited < self._due:
             return {}
         self._due = waited + 0.9 * LOOK_S  # (the slices come a little over LOOK_S apart)
@@ -123,7 +143,7 @@ class Names:
                 return {}
             if not self._written:
                 self._ticket = int(job.store.add(self.clock(), 1))
-                job.store.set(self.key(self.global_ranks[self.me]), self.name)
+                job.store.set(self.key(self.global_ranks[self.me]), f"{self.name}\n\n{self._listed}")
                 self._written = True
                 return {}
             ranks = [r for r in late if 0 <= r < len(self.global_ranks) and r != self.me]
@@ -137,10 +157,25 @@ class Names:
         except Exception as exc:  # the store is gone or failing: the wait's next request says so
             log.debug("triton_dist_tune: could not look at the names of the missing ranks' groups: %s", exc)
             return {}
-        other = None if value is None else _waiting_at(value.decode(errors="replace"), self._ticket)
-        if other is not None and other != self.name:
-            self._found, self._raise_at = {rank: other}, waited + LINGER_S
+        text = None if value is None else value.decode(errors="replace")
+        said = None if text is None or self._over.get(rank) == text else _said(text, self._ticket)
+        if said is not None and said.name != self.name:
+            self._found, self._raise_at = {rank: said.name}, waited + LINGER_S
+            self._found_keys, self._found_text = said.keys, text
         return {}
+
+    def _ended(self, found: dict[int, str]) -> bool:
+        """Whether the wait of the rank ``found`` waiting elsewhere is over after all: every key its key lists is in
+        the store (one request), so it met its peers there and is merely late to delete its key (a process stopped,
+        or slow, between its wait's end and the delete). Such a rank is waited for, and its key's text not counted
+        again."""
+        if not self._found_keys or self._arrived is None or not self._arrived(self._found_keys):
+            return False
+        for rank in found:
+            self._over[rank] = self._found_text
+        log.debug("triton_dist_tune: the ranks %s named another group of these ranks, but their wait there is over",
+                  sorted(found))
+        return True
 
     def close(self) -> None:
         """The wait is over: delete this rank's key, where it wrote one."""
@@ -170,17 +205,30 @@ class Names:
             self.job.store.delete_key(self.key(self.global_ranks[self.me]))
 
 
-def _waiting_at(text: str, ticket: int) -> str | None:
-    """The name a rank's key says it waits under (``text``: its value), None where it is a key left by a wait that
-    ended before the reader took its ``ticket`` (:meth:`Names.leave`) or is not the tuner's."""
-    name, _, left = text.partition("\n")
+@dataclass(frozen=True)
+class Said:
+    """What a rank's key says: the name it waits under, and the keys its wait waits for (none where it left)."""
+
+    name: str
+    keys: list[str]
+
+
+def _said(text: str, ticket: int) -> Said | None:
+    """What a rank's key says (``text``: its value: the name, a line with the ticket of a wait that left, else
+    empty, then the keys the wait waits for, one a line), None where it is a key left by a wait that ended before
+    the reader took its ``ticket`` (:meth:`Names.leave`) or is not the tuner's."""
+    parts = text.split("\n")
+    name, left, keys = parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
     if left:
         try:
             if int(left) < ticket:
                 return None
         except ValueError:
             return None
-    return name[:NAME_CHARS]
+        keys = []
+    if len(text) > NAME_CHARS + KEYS_CHARS + 32:  # (not what a rank writes: its keys are not checked)
+        keys = []
+    return Said(name[:NAME_CHARS], [k for k in keys if k])
 
 
 #: the keys of waits that ended raising (:meth:`Names.leave`), kept for the peers still waiting

@@ -278,7 +278,8 @@ class StoreGroup(LeavingChannel):
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
         rank_0_by = started + 2 * min(every, BOARD_SLICE_S)  # (a look of the log from then on can tell: with_rank_0)
         departures = departed.Departures(lookup, self.global_ranks, self.rank)  # (from 2 s on: ranks known gone)
-        named = names.Names(self.name, self.global_ranks, self.rank, not self._met)  # (ranks waiting elsewhere)
+        named = names.Names(self.name, self.global_ranks, self.rank, not self._met, keys,  # (ranks waiting elsewhere)
+                            self._all_arrived)
 
         def between_slices(waited: float) -> None:
             late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
