@@ -819,6 +819,28 @@ def test_mpi_communicator_that_not_every_rank_calls_with_raises_group_timeout(en
         assert r["seconds"] < T + 3
 
 
+@pytest.mark.timeout(MPI_TEST_S)
+@pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
+def test_groups_created_in_another_order_outside_init_distributed_time_out_after_t_on_every_rank(env, launcher):
+    # torch groups (a plain torchrun, init_process_group on its agent's store) or MPI duplicates (mpiexec) created in
+    # another order on rank 1: no job is registered for the look at the names of the groups (group/names.py), so
+    # each rank waits T and raises GroupTimeoutError, as the docs say, the check neither hanging nor crashing
+    job = (torchrun("groups_created_in_another_order", env, restarts=0, timeout=MPIEXEC_S) if launcher == "torchrun"
+           else mpiexec("groups_created_in_another_order", env))
+    final = job.final()
+    assert sorted(final) == [0, 1], job
+    for r in final.values():
+        assert r["error"] == "GroupTimeoutError", job
+        assert T <= r["seconds"] < T + 3, job
+        if launcher == "torchrun":
+            assert "agree on key and config space' for group ranks" in r["message"], job
+            assert "Or they know this group by another name" in r["message"], job
+        else:
+            assert f"waited {T} s at 'setting up its control channel (Idup)' for ranks that never arrived" \
+                in r["message"], job
+    assert "Traceback" not in job.stderr, job
+
+
 @pytest.mark.timeout(MPI_TESTS_S)
 def test_mpi_raise_before_collective_ends_the_job_then_rerun_resumes(env):
     env = {**env, "FAULTS": "0:raise_before@1"}

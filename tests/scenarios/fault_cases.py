@@ -417,6 +417,36 @@ def mpi_wrong_comm():
 
 
 @case
+def groups_created_in_another_order():
+    """2 ranks that start their group themselves, outside ``init_distributed`` (``dist.init_process_group`` under
+    torchrun, on its agent's store; mpi4py under mpiexec, ``MODE=mpi``), each making two groups of both ranks, rank 1
+    in the other order (torch groups; MPI duplicates of COMM_WORLD), and tuning on the first it made: the groups
+    the two ranks tune on are not the same (torch names the group '1' on rank 0 and '2' on rank 1; the MPI
+    duplicates pair by the order of the calls). Nothing here says so to the ranks (no job is registered for the
+    names of the groups, :mod:`triton_dist_tune.group.names`): each waits ``T`` and raises GroupTimeoutError."""
+    if MPI_MODE:
+        world = comm()
+        made = [world.Dup(), world.Dup()]
+        me = world.Get_rank()
+    else:
+        dist.init_process_group("gloo")
+        made = [dist.new_group([0, 1]), dist.new_group([0, 1])]
+        me = dist.get_rank()
+    mine = made[0] if me == 0 else made[1]  # (each rank's first: rank 1 made them in the other order)
+    work = make_work(name="groups_in_another_order")
+    t0 = time.perf_counter()
+    try:
+        work(torch.ones(4), autotune_pg=mine)
+        emit(error=None)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    sys.stdout.flush()
+    if not MPI_MODE:
+        dist.barrier()  # (on the default group: both ranks are past their waits)
+    os._exit(0)  # the ranks' channels are out of step now (MPI: an Idup pending on each rank): no finalize
+
+
+@case
 def init_restarts():
     """Under torchrun: attempts 0.. fail on alternating ranks right after an all_reduce; the last one succeeds."""
     t0 = time.perf_counter()

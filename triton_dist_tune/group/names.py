@@ -39,9 +39,10 @@ fingerprinted as in the group's namespace):
   :data:`LINGER_S` makes a wait that began after the leaver found the other group.
 
 What is read is plain text (a name of at most :data:`NAME_CHARS` characters, and keys whose presence one ``check``
-asks), never run. A job whose store
-torchrun's agent hosts registers no job in :mod:`.exits`, and an mpi4py communicator has no store: nothing is
-written or read there, and the peers wait ``T`` as before (the timeout's error names this cause among others).
+asks), never run. A job started without ``init_distributed`` (a plain torchrun's ``init_process_group``, or the
+user's own) or whose store torchrun's agent hosts registers no job in :mod:`.exits`, and an mpi4py communicator has
+no store: nothing is written or read there, and the peers wait ``T`` as before (the timeout's error names this cause
+among others; under MPI, where duplicates made in another order are other communicators, another ``autotune_pg``).
 """
 
 from __future__ import annotations
