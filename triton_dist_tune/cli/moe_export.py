@@ -43,6 +43,8 @@ PROVISIONAL_NOTE = ("cut short by the time budget: the tuner tunes them again at
 
 #: ``--experts``' and ``--n``'s type: a whole number, at least 1 (a size in the file's name, as the engines build it)
 SIZE = at_least_one("a whole number", "a size is at least 1")
+#: ``--group-size``'s type: as ``campaign --group-size`` takes it
+GROUP_SIZE = at_least_one("a whole number of ranks", "a group holds at least 1 rank")
 
 
 def vllm_release(text: str) -> tuple[int, int, int]:
@@ -93,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only keys whose element POS equals VALUE (a Python literal), to pick one problem; repeatable")
     g.add_argument("--gpu", help="only decisions tuned on this GPU model: as 'list' shows it (H200 x8), or "
                    "as the cache file records it (NVIDIA H200), or without its maker (H200)")
+    g.add_argument("--group-size", type=GROUP_SIZE, metavar="N",
+                   help="only decisions that serve calls on groups of N ranks (the job's world size for the default "
+                        "group; a TP group's size), for a cache that holds the function's decisions tuned at "
+                        "several: 'list' shows it under ranks, 'show' a rank-local decision's")
     g = p.add_argument_group("--format vllm-moe alone")
     g.add_argument("--vllm-version", type=vllm_release, metavar="X.Y.Z",
                    help="the vLLM release that reads the file, whose naming rules name it (default: the newest, "
@@ -162,15 +168,20 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
         raise fail(f"--format {fmt} needs --experts E and --n N (they name the file, as {engine} looks it up)")
     filters = _filters(args.where, fail)
     problem = [e for e in entries if e.kernel is None and _matches(e.key, filters)]
-    matching = [e for e in problem if args.gpu is None or args.gpu.strip() in _gpu_names(e)]
+    sized = [e for e in problem if args.group_size is None or e.serves_size == args.group_size]
+    matching = [e for e in sized if args.gpu is None or args.gpu.strip() in _gpu_names(e)]
     chosen = [e for e in matching if not e.provisional]
     provisional = [e.name for e in matching if e.provisional]
     if not chosen:
-        there = sorted({f"{e.gpu} ({gpu_text(e)!r} in 'list')" for e in problem})
+        there = sorted({f"{e.gpu} ({gpu_text(e)!r} in 'list')" for e in sized})
+        sizes = sorted({e.serves_size for e in problem if e.serves_size is not None})
         raise fail(f"no decision of {args.function!r} matches" + (f" --where {' '.join(args.where)}"
                                                                   if args.where else "")
+                   + (f" --group-size {args.group_size}" if args.group_size else "")
                    + (f" --gpu {args.gpu!r}" if args.gpu else "")
                    + (f" but {len(provisional)} provisional one(s) ({PROVISIONAL_NOTE})" if provisional else "")
+                   + (f" (the group sizes its decisions serve: {', '.join(map(str, sizes)) or 'none recorded'})"
+                      if args.group_size and problem and not sized else "")
                    + (f" (GPUs of its decisions: {', '.join(there)})" if args.gpu and there and not matching else ""))
     gpus = sorted({e.gpu for e in chosen})
     if len(gpus) > 1:
@@ -250,7 +261,8 @@ def _tuned_triton(chosen: list[dec.Entry], fail: Callable[[str], Exception]) -> 
 
 
 def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
-    """The error for two decisions with different configs for one batch size: both files, their ages and configs."""
+    """The error for two decisions with different configs for one batch size: both files, their ages and configs,
+    and the option that picks one where the files tell them apart (``--gpu``, ``--group-size``, ``--where``)."""
     now = time.time()
     both = " and ".join(f"{entry.path} (tuned {dec.age_text(max(0.0, now - entry.created))} ago: {tile})"
                         for entry, tile in choices)
@@ -259,26 +271,35 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
         return (f"batch size {batch} has two different decisions: {both}, tuned on {' and '.join(map(repr, machines))}"
                 f" (as 'list' shows them): pick one with --gpu, e.g. --gpu {machines[0]!r}")
     sizes = [entry.serves_size for entry, _ in choices]
+    # the group sizes the files record, when they differ: --group-size picks one (a world size, a TP group's size)
+    known = [size for size in sizes if size is not None]
+    apart = sorted(set(known)) if len(known) == len(sizes) and len(set(known)) > 1 else []
     # a file without rank_local tuned on one rank may be an older rank-local campaign's, of any group size
     unsized = [entry for entry, _ in choices if entry.rank_local is None and (entry.group_size or 1) == 1]
-    if len({entry.key for entry, _ in choices}) == 1 and None not in sizes and len(set(sizes)) > 1:
+    if len({entry.key for entry, _ in choices}) == 1 and apart:
         # one key, for groups of different sizes (rank-local campaigns on 2 and then 4 ranks): the files say so
         serving = f", serving calls on {' and '.join(map(str, sizes))} ranks ('list' shows them, 'show' says which)"
+        pick = f"pick one with --group-size {apart[0]} (or {' or '.join(map(str, apart[1:]))})"
         if unsized:  # the other file's size, and none for the older one (its 1 is the rank that tuned it)
             sized = next(entry for entry, _ in choices if entry is not unsized[0])
             serving = (f"; {sized.path.name} serves calls on {sized.serves_size} ranks; {unsized[0].path.name} does "
                        "not record on how many (it has no rank_local field: one process's tuning, or an older "
                        "rank-local campaign's on any number of ranks)")
+            pick = (f"pick one with --group-size {sized.serves_size} ({sized.path.name}) or --group-size 1 "
+                    f"({unsized[0].path.name}: the one rank that tuned it)")
         return (f"batch size {batch} has two different decisions for one key: {both}{serving}: one file holds one "
-                "config per batch size: delete the file not wanted")
+                f"config per batch size: {pick}, or delete the file not wanted")
     if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
         unrecorded = ", the number of ranks a rank-local campaign ran on)" if unsized else \
             f"); both serve calls on {sizes[0]} ranks"
         return (f"batch size {batch} has two different decisions for one key: {both}. They differ in what the files "
                 f"do not record (cache_key_extra, the devices of the call's tensors{unrecorded}: delete the file not "
                 "wanted")
+    sized_apart = (f"; --group-size N picks the decisions that serve calls on N ranks: here "
+                   f"{' and '.join(map(str, apart))}" if apart else "")
     return (f"batch size {batch} has two different decisions: {both}. Select one problem (E, N, dtype, GPU) per file "
-            "(--where POS=VALUE picks keys), or remove the decision not wanted ('triton-dist-tune clear')")
+            f"(--where POS=VALUE picks keys{sized_apart}), or remove the decision not wanted ('triton-dist-tune "
+            "clear')")
 
 
 def report(done: dict[str, Any]) -> str:
