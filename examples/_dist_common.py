@@ -197,9 +197,32 @@ def demo_device() -> tuple[torch.device, torch.dtype, float]:
     return torch.device("cpu"), torch.float32, 1e-4
 
 
-def demo_report(name: str, result: torch.Tensor, expected: torch.Tensor, tol: float) -> int:
-    """Rank 0 prints one line per rank (its error against ``expected`` and the config it ran); every rank
-    returns the exit status: 1 when some rank's error is above ``tol``. Ends the process group."""
+def decided_counts(tuned: Callable[..., Any]) -> tuple[int, int]:
+    """How an ``autotune`` function's keys were decided in this process: (tuned here, served from the disk cache),
+    from its record of decisions (``tuned.tuner.decisions``, each marked ``cached`` where the cache held it). A key
+    served by an ``undecided=`` policy (``TRITON_DIST_AUTOTUNE_UNDECIDED``) is in neither."""
+    decisions = list(tuned.tuner.decisions.values())
+    cached = sum(1 for decision in decisions if decision.cached)
+    return len(decisions) - cached, cached
+
+
+def cache_line(name: str, counts: dict[str, tuple[int, int]]) -> str:
+    """The line an example prints on rank 0 to say how its keys were decided: ``ag_gemm keys: 1 tuned, 0 served from
+    the cache`` (a first run), ``ag_gemm keys: 0 tuned, 1 served from the cache (...)`` (a run again on the same
+    cache); ``counts``: function name -> (tuned, served from the cache), each named where there are several."""
+    parts = [f"{function + ' ' if len(counts) > 1 else ''}{tuned} tuned, {cached} served from the cache"
+             for function, (tuned, cached) in counts.items()]
+    tuned_all, cached_all = (sum(pair[i] for pair in counts.values()) for i in (0, 1))
+    why = ("" if tuned_all else " (decided by an earlier run; TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)"
+           if cached_all else " (none decided: served without tuning by TRITON_DIST_AUTOTUNE_UNDECIDED's policy)")
+    return f"{name} keys: {'; '.join(parts)}{why}"
+
+
+def demo_report(name: str, result: torch.Tensor, expected: torch.Tensor, tol: float,
+                tuned: Callable[..., Any] | None = None) -> int:
+    """Rank 0 prints one line per rank (its error against ``expected`` and the config it ran), then, given the
+    ``tuned`` function, one line saying whether its key was tuned or served from the cache (:func:`cache_line`);
+    every rank returns the exit status: 1 when some rank's error is above ``tol``. Ends the process group."""
     error = ((result.float() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
     rank, world = dist.get_rank(), dist.get_world_size()
     line = f"{name} rank {rank}/{world}: {'OK' if error <= tol else 'FAIL'} rel err {error:.2e}; {LAST_CONFIG[name]}"
@@ -207,5 +230,7 @@ def demo_report(name: str, result: torch.Tensor, expected: torch.Tensor, tol: fl
     dist.all_gather_object(lines, (line, error <= tol))
     if rank == 0:  # in rank order, from one process: ranks printing at once would mix their lines
         print("\n".join(text for text, _ in lines), flush=True)
+        if tuned is not None:
+            print(cache_line(name, {name: decided_counts(tuned)}), flush=True)
     dist.destroy_process_group()
     return 0 if all(ok for _, ok in lines) else 1

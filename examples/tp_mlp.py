@@ -14,7 +14,9 @@ could choose differently, and the last one to write the shared cache entry would
 
 Demo: ``bash launch.sh --nproc 4 examples/tp_mlp.py`` (or ``torchrun --nproc-per-node 4 ...``): the
 4 ranks form two TP groups of 2 (two replicas), tuned as one, check against a dense reference and print
-one line per rank with the configs it runs: the same on every rank. On an even number of ranks the TP groups
+one line per rank with the configs it runs: the same on every rank. Rank 0 also prints whether its TP group's keys
+were tuned or served from the disk cache: ``tp_mlp keys: ag_gemm 1 tuned, 0 served from the cache; gemm_rs 1 tuned,
+0 served from the cache`` (run again: ``0 tuned, 1 served`` each). On an even number of ranks the TP groups
 are of 2 ranks; on an odd number each rank is a TP group of its own (TP size 1, printed as ``tp rank 0/1``),
 and every rank a replica.
 """
@@ -34,7 +36,7 @@ from torch import nn
 if __package__ in (None, ""):  # run as a script: make `examples` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from examples._dist_common import LAST_CONFIG  # noqa: E402
+from examples._dist_common import LAST_CONFIG, cache_line, decided_counts  # noqa: E402
 
 GemmFn = Callable[..., torch.Tensor]
 
@@ -135,10 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = slice(tp_rank * m_local, (tp_rank + 1) * m_local)
 
     quick = {} if cuda else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
-    mlp = TPMLP.from_dense(
-        w_up, w_down, group, ag_gemm_fn=make_tuned_ag_gemm(**quick), gemm_rs_fn=make_tuned_gemm_rs(**quick),
-        replicas=replicas,
-    )
+    ag_gemm, gemm_rs = make_tuned_ag_gemm(**quick), make_tuned_gemm_rs(**quick)
+    mlp = TPMLP.from_dense(w_up, w_down, group, ag_gemm_fn=ag_gemm, gemm_rs_fn=gemm_rs, replicas=replicas)
     with torch.no_grad():
         y = mlp(x_full[rows])
         ag_config, rs_config = LAST_CONFIG.get("ag_gemm"), LAST_CONFIG.get("gemm_rs")
@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         f"ag_gemm {ag_config}; gemm_rs {rs_config}\n"
     )
     sys.stdout.flush()
+    if rank == 0:  # its TP group's keys: tuned, or served from the cache (every group decides alike)
+        print(cache_line("tp_mlp", {"ag_gemm": decided_counts(ag_gemm), "gemm_rs": decided_counts(gemm_rs)}),
+              flush=True)
     bad = torch.tensor([0 if ok else 1], device=device)
     dist.all_reduce(bad)
     dist.destroy_process_group()

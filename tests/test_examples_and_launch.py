@@ -1,6 +1,6 @@
 """The examples and launch.sh as a user runs them: a MoE campaign with a batch size that fails, keys served by the
-undecided policy, launch.sh through a symbolic link, a script's help under launch.sh, a wrong argument said once, a
-stray MASTER_ADDR.
+undecided policy, an example run again (its key served from the cache, said), launch.sh through a symbolic link, a
+script's help under launch.sh, a wrong argument said once, a stray MASTER_ADDR.
 
 Every test starts real processes (launch.sh with torchrun or its one-rank form, or the example's ranks forked by the
 harness) on CPU ranks with Triton's interpreter, each with its own home, cache and log folders under tmp_path.
@@ -101,8 +101,31 @@ def test_examples_report_a_config_served_by_the_undecided_policy(tmp_path: Path,
     if example == "moe_gemm.py":
         result = parse_results(done.stdout)[-1]
         assert said in result["choices"]["20"] and result["max_error"] <= 1e-4, result
+        assert "moe_gemm keys: 0 tuned, 0 served from the cache (none decided: served without tuning" in done.stdout
     else:
         assert "rank 0/1: ran a config served without tuning" in done.stdout, done.stdout[-3000:]
+
+
+# -- an example run again: its key served from the cache, and rank 0 says so -------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_an_example_run_again_says_its_key_was_served_from_the_cache(tmp_path: Path) -> None:
+    """``bash launch.sh --cpu examples/ag_gemm.py`` (its docstring's command) twice with one home folder, the cache in
+    its default place under it: rank 0 says the first run tuned the key and the second served it from the cache.
+    Before, both runs printed the same lines (each rank's error and config) and only the rank logs said 'cache hit'."""
+    env = user_env(tmp_path)
+    env.pop("TRITON_DIST_AUTOTUNE_CACHE_DIR")  # ~/.triton_dist/autotune, as a user's runs share it
+    said = []
+    for _ in range(2):
+        done = run_command(["bash", LAUNCH, "--cpu", ROOT / "examples" / "ag_gemm.py"], tmp_path, env, timeout=140)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.stdout.count(": OK rel err") == 2, done.stdout[-3000:]
+        said.append([line for line in done.stdout.splitlines() if line.startswith("ag_gemm keys: ")])
+    assert said == [["ag_gemm keys: 1 tuned, 0 served from the cache"],
+                    ["ag_gemm keys: 0 tuned, 1 served from the cache (decided by an earlier run; "
+                     "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)"]], said
+    assert len(list((tmp_path / "home" / ".triton_dist" / "autotune" / "ag_gemm").glob("*.json"))) == 1
 
 
 # -- launch.sh --------------------------------------------------------------------------------------------------------

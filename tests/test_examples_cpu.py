@@ -245,6 +245,9 @@ def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
     assert {line.split(" group ")[1][0] for line in lines} == {"0", "1"}  # two TP groups
     assert all("'algo'" in line for line in lines)  # each rank reports the configs it runs
     assert len({line.split("; ", 1)[1] for line in lines}) == 1, "\n".join(lines)  # one choice everywhere
+    said = [line for r in ranks for line in r.stdout.splitlines() if line.startswith("tp_mlp keys: ")]
+    assert said == ["tp_mlp keys: ag_gemm 1 tuned, 0 served from the cache; gemm_rs 1 tuned, 0 served from the cache"]
+    assert said[0] in ranks[0].stdout, output[-4000:]  # rank 0 alone says how its keys were decided
     assert "share one cache entry" not in output, output[-4000:]
     assert sorted(p.parent.name for p in cache.rglob("*.json")) == ["ag_gemm", "gemm_rs"]
     for rank in range(4):
@@ -260,7 +263,8 @@ def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, examp
     """``examples/<example>.py`` on 2 gloo ranks without a GPU (what ``bash launch.sh`` runs; the ranks here are forks
     of the test server with torchrun's variables, launch.sh itself being tested with the quick start and
     tests/test_newcomer.py): the interpreter, tiny shapes; rank 0 prints one OK line per rank, with one config for
-    every rank (before: the files had no main and ran nothing)."""
+    every rank (before: the files had no main and ran nothing), then that the key was tuned, none served from the
+    cache (before: no word of it; a second run: test_examples_and_launch.py)."""
     from harness import describe, run_ranks
 
     ranks = run_ranks(HERE.parent / "examples" / f"{example}.py", 2, timeout=220,
@@ -271,6 +275,9 @@ def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, examp
     assert [line.split(":")[0] for line in lines] == [f"{example} rank 0/2", f"{example} rank 1/2"], describe(ranks)
     assert all(": OK rel err" in line and "'algo'" in line for line in lines), describe(ranks)
     assert len({line.split("; ", 1)[1] for line in lines}) == 1, lines
+    said = [line for r in ranks for line in r.stdout.splitlines() if line.startswith(f"{example} keys: ")]
+    assert said == [f"{example} keys: 1 tuned, 0 served from the cache"], describe(ranks)  # rank 0 alone says it
+    assert said[0] in ranks[0].stdout
 
 
 @pytest.mark.parametrize("example", ["quickstart", "ag_gemm", "gemm_rs", "tp_mlp", "fla_contextual"])

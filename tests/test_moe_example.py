@@ -160,6 +160,7 @@ def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
     assert result["world"] == 2 and result["same_on_every_rank"], output[-4000:]
     assert max(result["errors"]) <= 1e-4, output[-4000:]
     assert result["kept"] >= 1 and len(result["choices"]) == 1
+    assert "moe_gemm keys: 1 tuned, 0 served from the cache\n" in stdout, output[-4000:]  # rank 0 says how
 
 
 @pytest.mark.parametrize("args", [["--tokens", "0"], ["--tokens", "-3"], ["--campaign", "--batches", "0,3"],
