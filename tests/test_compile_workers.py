@@ -659,6 +659,32 @@ def test_a_guess_run_by_a_speculative_thread_goes_to_the_guess_workers_and_a_nee
 
 
 @pytest.mark.triton_dependent
+def test_a_triton_without_a_compile_call_to_wrap_starts_no_worker_and_its_threads_compile(monkeypatch):
+    """Triton 3.2 to 3.4 compile inside ``JITFunction.run``: they have no ``JITFunction._do_compile`` (Triton 3.5 on),
+    the call the workers' routing wraps. There, on a GPU host, a key of 128 configs or more (or
+    ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES``) raised ``AttributeError: type object 'JITFunction' has no attribute
+    '_do_compile'`` from ``start_pool`` (seen with triton 3.2.0); now no worker starts and the threads compile. The
+    call is removed here for the test (this suite's Triton has it; under triton 3.2 to 3.4 it is absent anyway)."""
+    from triton.runtime.jit import JITFunction
+
+    from triton_dist_tune.measure import compile_workers, precompile
+
+    monkeypatch.delattr(JITFunction, "_do_compile", raising=False)
+    monkeypatch.setattr(compile_workers, "_pools", {})  # this test's pools, not the process's
+    monkeypatch.setattr(precompile, "compiles_here", lambda: True)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "1")
+    assert precompile.default_processes(1, 1000) == 0
+    compiles = precompile.start_pool(1, timeout=60, space=1000, alone=True)
+    try:
+        assert compiles.workers is None and compiles.guess_workers is None
+        ran: list[int] = []
+        compiles.submit(0, lambda: ran.append(0))
+        assert compiles.wait(0) is None and ran == [0]
+    finally:
+        compiles.close()
+
+
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(420)
 def test_a_rank_tuning_alone_compiles_its_guesses_in_workers_of_the_lowest_priority_and_its_needs_in_the_others(
         kernel_module, monkeypatch):

@@ -42,6 +42,18 @@ def kernel(module: str, qualname: str) -> Any:
     raise LookupError(f"{module}.{qualname} is not a @triton.jit kernel")
 
 
+def routable() -> bool:
+    """Whether Triton's JIT compiles a kernel it has not compiled through ``JITFunction._do_compile`` (Triton 3.5 and
+    newer), the call :func:`~triton_dist_tune.measure.compile_workers.shared_pool` wraps to hand that compile to a
+    worker. Triton 3.2 to 3.4 have no such call (their ``JITFunction.run`` compiles inline): there no worker is
+    started and the rank's threads compile, as with ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES=0``."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:
+        return False
+    return callable(getattr(JITFunction, "_do_compile", None))
+
+
 def triton_key_module() -> Any | None:
     """The module that defines Triton's version key function ``triton_key`` and calls it to key each compile:
     ``triton.runtime.cache`` (Triton 3.5 and newer), ``triton.compiler.compiler`` (Triton 3.2 to 3.4); None for a

@@ -42,6 +42,7 @@ from typing import Any
 from .. import settings
 from ..disk import logs
 from ..group.channel import Group
+from .compile_worker import routable
 from .compile_workers import WorkerPool, refusal, routed, shared_pool, triton_version_key
 from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, first_of, speculating, wait_within
 
@@ -58,8 +59,9 @@ def default_processes(peers: int, space: int) -> int:
     """Compile worker processes (:mod:`~triton_dist_tune.measure.compile_workers`) for a rank whose node runs
     ``peers`` ranks of the group, tuning a key that keeps ``space`` configs: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES``
     (0: none, the threads compile), else min(16, the rank's share of the usable CPUs) from :data:`WORKERS_FROM_CONFIGS`
-    configs, none below; none where nothing is compiled here (:func:`compiles_here`)."""
-    if not compiles_here():
+    configs, none below; none where nothing is compiled here (:func:`compiles_here`) or where Triton gives a worker
+    no compile to take (:func:`~.compile_worker.routable`: Triton 3.2 to 3.4, whose threads compile)."""
+    if not compiles_here() or not routable():
         return 0
     share = max(1, usable_cpus() // max(1, peers))
     chosen = settings.current().compile_processes
