@@ -132,12 +132,15 @@ def init_again_after_destroy():
 def all_reduce_own_value():
     """A rank of one of two jobs meeting on one host (tests/test_init_distributed.py): ``init_distributed``, then an
     all-reduce of its job's ``JOB_VALUE``; prints the sum, or the error and how long it took to come. Where
-    ``GO_FILE`` is set, it starts once that file exists (at most 60 s later); where ``UP_FILE`` is, it touches it
-    once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s); where
-    ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its ``init_distributed``);
-    where ``ARRIVE_FILE`` is set, it touches that path with ``.PID`` added as its start's check of its rank's claim
-    begins (a test then knows it is in that check: ``group/claims.py`` ``Claims.arrive``); where ``CLAIMED_FILE`` is
-    set, it touches that file once it has claimed its rank in the start, and stalls there (``Claims.claim``)."""
+    ``GO_FILE`` is set, it starts once that file exists (at most 60 s later), having touched ``READY_FILE`` first
+    where that is set (its imports done: a test starting a fresh interpreter beside forks waits for every process's
+    before it touches ``GO_FILE``, so that no process times its start across another's imports); where ``UP_FILE``
+    is, it touches it once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within
+    the same 60 s); where ``LATE_RANK`` is this rank, it sleeps ``LATE_S`` seconds first (a rank late to its
+    ``init_distributed``); where ``ARRIVE_FILE`` is set, it touches that path with ``.PID`` added as its start's
+    check of its rank's claim begins (a test then knows it is in that check: ``group/claims.py``
+    ``Claims.arrive``); where ``CLAIMED_FILE`` is set, it touches that file once it has claimed its rank in the
+    start, and stalls there (``Claims.claim``)."""
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
     if os.environ.get("ARRIVE_FILE"):
         from triton_dist_tune.group import claims
@@ -162,6 +165,8 @@ def all_reduce_own_value():
         claims.Claims.claim = claimed
     if os.environ.get("LATE_RANK") == str(rank):
         time.sleep(float(os.environ["LATE_S"]))
+    if os.environ.get("READY_FILE"):
+        Path(os.environ["READY_FILE"]).touch()
     deadline = time.monotonic() + 60
     while os.environ.get("GO_FILE") and not Path(os.environ["GO_FILE"]).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
