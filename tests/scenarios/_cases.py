@@ -38,13 +38,8 @@ def virtual_ms() -> float:
     return _VIRTUAL_MS[0]
 
 
-@contextmanager
-def virtual_clock(kind: str = "host") -> Iterator[None]:
-    """Time ``autotune``'s samples on a clock that only :func:`spend` advances, for scenarios whose assertions
-    follow from the configs' times: a loaded machine's stalls then cannot reorder configs (wall-clock gaps of 4x
-    have failed under load). ``kind``: the clock's kind as the tuner sees it (another than "host" times as a
-    device's clock does, not as CUDA's: no graphs)."""
-    from triton_dist_tune.function import agreed
+def _virtual_clock_type(kind: str) -> type:
+    """A host clock that only :func:`spend` advances, of the kind ``kind`` as the tuner sees it."""
     from triton_dist_tune.measure.clocks import HostClock
 
     class VirtualClock(HostClock):
@@ -58,12 +53,31 @@ def virtual_clock(kind: str = "host") -> Iterator[None]:
         def stop(self, start: float) -> float:
             return _VIRTUAL_MS[0] - start
 
+    return VirtualClock
+
+
+@contextmanager
+def virtual_clock(kind: str = "host") -> Iterator[None]:
+    """Time ``autotune``'s samples on a clock that only :func:`spend` advances, for scenarios whose assertions
+    follow from the configs' times: a loaded machine's stalls then cannot reorder configs (wall-clock gaps of 4x
+    have failed under load). ``kind``: the clock's kind as the tuner sees it (another than "host" times as a
+    device's clock does, not as CUDA's: no graphs)."""
+    from triton_dist_tune.function import agreed
+
     saved = agreed.make_clock
-    agreed.make_clock = VirtualClock
+    agreed.make_clock = _virtual_clock_type(kind)
     try:
         yield
     finally:
         agreed.make_clock = saved  # the scenarios after this one in the same process time as usual
+
+
+def use_virtual_clock() -> None:
+    """Time ``autotune``'s samples on the virtual clock (:func:`virtual_clock`) for the rest of this process: for a
+    scenario whose tuned functions are made in many cases, and whose ranks may be ended anywhere."""
+    from triton_dist_tune.function import agreed
+
+    agreed.make_clock = _virtual_clock_type("host")
 
 
 #: the case running, when one process runs several (``python SCRIPT CASE CASE ...``): its RESULT lines name it

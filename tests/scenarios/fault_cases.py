@@ -39,10 +39,10 @@ from _cases import case, main, pid_marker, stopped_then_on, waited_for
 import triton_dist_tune as tdt
 
 MPI_MODE = os.environ.get("MODE") == "mpi"
-#: ms each config sleeps: alone in a healthy space, config 0 is the fastest, then 1, 2, 3. Every two neighbours are
-#: 4 times apart or more (5 against 40 ms: 8x; 40 against 160: 4x; 160 against 640: 4x; each over 2 samples), and
-#: 35 ms or more: the order survives the stalls of a loaded machine (tens of ms), which gaps of 16 ms might not, and
-#: its slowdowns (160 against 320 ms, 2x, decided the done-when scenario's choice between configs 2 and 3)
+#: ms each config sleeps: alone in a healthy space, config 0 is the fastest, then 1, 2, 3. ``make_work``'s function
+#: also spends them on the virtual clock (``_cases.use_virtual_clock``), which times its samples: the order is the
+#: scenario's whatever the load (on the wall clock, 5 against 40 ms over two cold samples was reordered once by a
+#: loaded machine's stalls, as 160 against 320 ms had been before)
 SLEEP_MS = [5, 40, 160, 640]
 # cold timing (one call per sample) and 2 rounds: every config still running gets exactly N_WARMUP + N_REPEAT calls
 # ($N_WARMUP sets the warm-up runs)
@@ -107,6 +107,7 @@ def collective(x: torch.Tensor) -> torch.Tensor:
 
 def make_work(name: str = "work", **options):
     injected = faults()
+    _cases.use_virtual_clock()  # (see SLEEP_MS)
 
     options = {"n_warmup": int(os.environ.get("N_WARMUP", N_WARMUP)), "n_repeat": N_REPEAT, "timing": "cold",
                **options}
@@ -141,6 +142,7 @@ def make_work(name: str = "work", **options):
         if first_stop and kind == "stop":
             stopped_then_on(marker)
         time.sleep(SLEEP_MS[variant] / 1e3)
+        _cases.spend(SLEEP_MS[variant])
         y = collective(x * (variant + 1))
         if first_stop and kind == "stop_after":  # past the collective: the others reach the tuner's exchange
             time.sleep(float(os.environ.get("STOP_AFTER_S", "1.0")))
@@ -321,6 +323,7 @@ def mpi_cancelled():
     import asyncio
 
     me, first = rank(), os.environ.get("RUN", "0") == "0"
+    _cases.use_virtual_clock()  # (see SLEEP_MS)
 
     @tdt.autotune(config_space=[{"variant": v} for v in range(3)], key_fn=lambda x: tuple(x.shape), n_warmup=2,
                   n_repeat=N_REPEAT, timing="cold", name="mpi_cancelled")
@@ -329,6 +332,7 @@ def mpi_cancelled():
         if first and me == 1 and variant == 0:
             raise asyncio.CancelledError()
         time.sleep(SLEEP_MS[variant] / 1e3)
+        _cases.spend(SLEEP_MS[variant])
         return x * (variant + 1)
 
     work(torch.ones(4), autotune_pg=comm())
