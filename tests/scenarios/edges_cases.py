@@ -19,12 +19,14 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import case, emit, main, spend, virtual_clock  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
-#: ms slept per config: config 1 is the fastest on every rank by 10x (load cannot close that gap)
+#: ms slept per config: config 1 is the fastest on every rank by 10x; the tuned functions also spend them on the
+#: virtual clock (``_cases.virtual_clock``), which times their samples: on the wall clock, 2 against 20 ms is a
+#: gap of 18 ms, which a loaded machine's stalls (tens of ms) can close
 SLEEP_MS = [20, 2, 40]
 
 
@@ -33,6 +35,7 @@ def make_tuned():
                   n_warmup=1, n_repeat=3)
     def edge_sleepy(x, *, variant):
         time.sleep(SLEEP_MS[variant] / 1e3)
+        spend(SLEEP_MS[variant])
         y = x * (variant + 1)
         dist.all_reduce(y)
         return y
@@ -46,7 +49,8 @@ def deep_cache():
     imported bundle could); a fresh tuned function (the same entry) looks the key up: a warning and a re-tune, on
     every rank."""
     tdt.init_distributed()
-    make_tuned()(torch.ones(4))
+    with virtual_clock():  # (see SLEEP_MS)
+        make_tuned()(torch.ones(4))
     dist.barrier()
     if dist.get_rank() == 0:
         value: object = 1
@@ -59,7 +63,8 @@ def deep_cache():
         files[0].write_text(json.dumps(data))
     dist.barrier()
     again = make_tuned()
-    again(torch.ones(4))
+    with virtual_clock():
+        again(torch.ones(4))
     emit(chosen=again.tuner.decided[(4,)]["variant"])
 
 
@@ -104,10 +109,13 @@ def full_disk():
         if cut and rank == 1 and variant == 2:
             os._exit(3)
         time.sleep(SLEEP_MS[variant] / 1e3)
+        spend(SLEEP_MS[variant])
         return n + variant
 
     try:
-        emit(out=full_disk(8), error="", chosen=[c["variant"] for c in full_disk.tuner.decided.values()])
+        with virtual_clock():  # (see SLEEP_MS)
+            out = full_disk(8)
+        emit(out=out, error="", chosen=[c["variant"] for c in full_disk.tuner.decided.values()])
     except tdt.AutotuneError as exc:
         emit(out=None, error=f"{type(exc).__name__}: {exc}", chosen=[])
 

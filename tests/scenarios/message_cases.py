@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 import triton
-from _cases import case, emit, main, outcome, waited_for
+from _cases import case, emit, main, outcome, spend, virtual_clock, waited_for
 from _kernels import copying_layer, increment
 
 import triton_dist_tune as tdt
@@ -139,15 +139,18 @@ def nearest_keeps_none():
 def local_nearest():
     """A rank-local campaign of two keys, then a key served by ``undecided='nearest'`` on every rank."""
     tdt.init_distributed(backend="gloo")
-
-    # 3 samples a config: the served choice (2 against 30 ms) must not rest on one sample a stall can swap
+    # 3 samples a config, timed on the virtual clock: on the wall clock, 2 against 30 ms (28 ms apart) is a gap a
+    # loaded machine's stalls can close (as 5 against 40 ms in fault_cases.py)
     @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=3,
                   timing="cold", name="served", undecided="nearest")
     def kernel(x, *, variant):
-        time.sleep(0.002 if variant == 0 else 0.03)
+        ms = 2.0 if variant == 0 else 30.0
+        time.sleep(ms / 1e3)
+        spend(ms)
         return x * (variant + 1)
 
-    tdt.campaign(kernel, lambda n: torch.ones(n), [8, 64], local=True)
+    with virtual_clock():
+        tdt.campaign(kernel, lambda n: torch.ones(n), [8, 64], local=True)
     served = kernel(torch.ones(10))  # never tuned: the nearest decided key's choice (8's)
     emit(rank=dist.get_rank(), served=served[0].item() - 1)
 

@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, contextual_virtual_clock, emit, main, python_calls, spend  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, python_calls, spend, virtual_clock  # noqa: E402
 
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
@@ -123,7 +123,9 @@ def prune_perf():
 # -- the function-level autotune: pruning before the cache ---------------------------------------------------------
 
 #: ms each variant sleeps: 3 is the fastest, then 2, then 1 (8x, 4x and 2x apart; the tests choose between 3 and 2
-#: and between 2 and 1: at 5 against 20 ms, 15 ms apart, a loaded machine's stall in a sample is as large as the gap)
+#: and between 2 and 1: at 5 against 20 ms, 15 ms apart, a loaded machine's stall in a sample is as large as the gap).
+#: The function also spends them on the virtual clock (``_cases.virtual_clock``), which times its samples: 5
+#: against 40 ms on the wall clock is the gap (35 ms) that a loaded machine closed in fault_cases.py
 VARIANT_MS = (320.0, 160.0, 40.0, 5.0)
 
 
@@ -144,10 +146,12 @@ def autotune_prune_by_env():
     def f(x, *, variant):
         launched.append(variant)
         time.sleep(VARIANT_MS[variant] / 1e3)
+        spend(VARIANT_MS[variant])
         dist.all_reduce(x.clone())
         return variant
 
-    chosen = f(torch.ones(4))
+    with virtual_clock():  # (see VARIANT_MS)
+        chosen = f(torch.ones(4))
     ((_, decision),) = f.tuner.decisions.items() if f.tuner.decisions else ((None, None),)
     # a cache hit fills tuner.decisions too, marked cached (issue 34 defect 8)
     how = "tuned" if decision is not None and not decision.cached else "disk cache"

@@ -59,7 +59,8 @@ def agree():
 
 @case
 def cache_reuse():
-    """Second process: must load from disk (no tuning run): every config counter stays 1 (final call only)."""
+    """Second process: must load from disk (no tuning run): every config counter stays 1 (final call only). Timed
+    on the virtual clock: two samples of 10 against 80 ms (the group's max) in each of the test's four tunings."""
     tdt.init_distributed()
     calls = []
 
@@ -68,9 +69,11 @@ def cache_reuse():
     def f(x, *, variant):
         calls.append(variant)
         time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
+        spend(SLEEP_MS[dist.get_rank() % 4][variant])
         return x + variant
 
-    f(torch.zeros(3))
+    with virtual_clock():
+        f(torch.zeros(3))
     emit(calls=calls, chosen=f.tuner.decided[(3,)]["variant"])
 
 
@@ -89,7 +92,8 @@ def subgroups():
 
 @case
 def fail_one_rank():
-    """Config 2 (the group's best) raises on rank 1 only: every rank must leave it out and choose the same."""
+    """Config 2 (the group's best) raises on rank 1 only: every rank must leave it out and choose the same (config
+    1, timed on the virtual clock: two samples of 80 against 320 ms)."""
     tdt.init_distributed()
 
     @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, name="failone")
@@ -97,9 +101,11 @@ def fail_one_rank():
         if variant == 2 and dist.get_rank() == 1:
             raise RuntimeError("out of resources on rank 1")
         time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
+        spend(SLEEP_MS[dist.get_rank() % 4][variant])
         return x
 
-    f(torch.zeros(1))
+    with virtual_clock():
+        f(torch.zeros(1))
     rows = f.tuner.tables[next(iter(f.tuner.tables))]
     emit(chosen=f.tuner.decided[0]["variant"], states=[r["state"] for r in rows], errors=[r.get("error") for r in rows])
 
@@ -107,7 +113,8 @@ def fail_one_rank():
 @case
 def fail_mid_warmup():
     """Config 2 raises on rank 1 in its second warmup run, after the function's all_reduce: the other ranks must
-    not enter the third run's all_reduce alone (they would wait there until the watchdog)."""
+    not enter the third run's all_reduce alone (they would wait there until the watchdog). Timed on the virtual
+    clock, as ``fail_one_rank``."""
     tdt.init_distributed()
     calls = collections.Counter()
 
@@ -115,12 +122,14 @@ def fail_mid_warmup():
     def f(x, *, variant):
         calls[variant] += 1
         time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
+        spend(SLEEP_MS[dist.get_rank() % 4][variant])
         dist.all_reduce(x.clone())
         if variant == 2 and dist.get_rank() == 1 and calls[variant] == 2:
             raise RuntimeError("failed in the second warmup run on rank 1")
         return x
 
-    f(torch.zeros(1))
+    with virtual_clock():
+        f(torch.zeros(1))
     rows = f.tuner.tables[next(iter(f.tuner.tables))]
     emit(chosen=f.tuner.decided[0]["variant"], states=[r["state"] for r in rows], calls=calls[2])
 
@@ -195,10 +204,12 @@ def bad_input():
 
 @case
 def cache_dirs():
-    """Ranks whose cache folders differ: only rank 0's is read, so all ranks follow it."""
+    """Ranks whose cache folders differ: only rank 0's is read, so all ranks follow it (timed on the virtual
+    clock, as ``agree``)."""
     tdt.init_distributed()
     sleepy = make_sleepy(name="dirs", collective=False)
-    sleepy(torch.ones(5))
+    with virtual_clock():
+        sleepy(torch.ones(5))
     emit(chosen=sleepy.tuner.decided[(5,)]["variant"], folder=str(sleepy.tuner.cache.folder))
 
 
@@ -237,9 +248,11 @@ def mpi_agree():
     def f(x, *, variant):
         calls.append(variant)
         time.sleep(SLEEP_MS[comm.Get_rank() % 4][variant] / 1e3)
+        spend(SLEEP_MS[comm.Get_rank() % 4][variant])
         return comm.allreduce(x * variant)
 
-    out = f(1, autotune_pg=comm)
+    with virtual_clock():  # (as agree)
+        out = f(1, autotune_pg=comm)
     emit(chosen=next(iter(f.tuner.decided_in.values()))["variant"], out=out, calls=len(calls))
 
 
