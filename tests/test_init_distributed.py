@@ -51,8 +51,8 @@ def test_a_rank_outside_the_world_is_refused_at_once(launcher):
 
     t0 = time.monotonic()
     with pytest.raises(tdt.BadInputError, match="rank 2 is not below the world size 1"):
-        tdt.init_distributed(timeout_s=5)
-    assert time.monotonic() - t0 < 2
+        tdt.init_distributed(timeout_s=8)
+    assert time.monotonic() - t0 < 2  # a quarter of the timeout the bug waited (as the tests below)
 
 
 @pytest.mark.timeout(240)

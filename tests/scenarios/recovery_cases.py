@@ -196,11 +196,15 @@ def replicas_hang():
         if v == 0 and me == 2:
             time.sleep(3600)  # a hung kernel on replica 1: only the watchdog ends it
         time.sleep([10, 30, 90, 90][v] / 1e3)
+        _cases.spend([10, 30, 90, 90][v])
         y = x * (v + 1)
         dist.all_reduce(y, group=tp)
         return y
 
-    out = layer(torch.ones(2), autotune_pg=tp, autotune_replicas=replicas)
+    # timed on the virtual clock: on the wall clock, the choice of config 1 was two cold samples of 30 against 90 ms
+    # on 4 ranks, a gap of 60 ms (as tune_cases' 20 against 80 ms on 4 ranks, which a loaded machine reordered)
+    with _cases.virtual_clock():
+        out = layer(torch.ones(2), autotune_pg=tp, autotune_replicas=replicas)
     (decided,) = layer.tuner.decided_in.values()
     _cases.emit(rank=me, chosen=decided["v"], out=out.tolist())
 
