@@ -123,3 +123,23 @@ def test_group_size_names_the_older_files_group_of_one(tmp_path):
             ", or delete the file not wanted") in said, said
     assert cli("export", out / "1", *VLLM, "--group-size", "1", "--cache-dir", cache).returncode == 0
     assert exported(out / "1") == {"8": 32}
+
+
+@pytest.mark.timeout(200)
+def test_the_moe_formats_options_are_refused_with_a_bundle_not_ignored(tmp_path):
+    """``--group-size`` (as ``--where``, ``--gpu`` and the other options of the MoE files) selects nothing for
+    ``--format bundle``, which writes every selected decision. Before, ``export b.json --group-size 2`` exported the
+    decisions of both sizes, exit status 0, without a word; now it is one line naming the options and the formats
+    they are for, and no bundle is written."""
+    cache = tmp_path / "cache"
+    for size, m in ((2, 16), (4, 32)):
+        decision(cache, "(16, 'torch.bfloat16')", m, size, f"world{size}")
+    for given, named in ((["--group-size", "2"], "--group-size is for --format vllm-moe or sglang-moe"),
+                         (["--gpu", "H200", "--where", "0=16"], "--where, --gpu are for --format vllm-moe or sglang"),
+                         (["--vllm-version", "0.11.0"], "--vllm-version is for --format vllm-moe alone")):
+        bundle = tmp_path / "b.json"
+        said = refused(cli("export", bundle, *given, "--cache-dir", cache))
+        assert named in said and "not --format bundle" in said, said
+        assert not bundle.exists()
+    done = cli("export", tmp_path / "all.json", "--cache-dir", cache)  # (no such option: every decision)
+    assert done.returncode == 0 and "exported 2 decision(s)" in done.stdout, done.stderr

@@ -27,6 +27,8 @@ from .common import (
 def cmd_export(args: argparse.Namespace) -> int:
     """``export``: the selected decisions, superseded ones left out (the tuner never serves them again), into a
     bundle or a fused-MoE config file."""
+    if args.format == "bundle":  # (the options of the MoE files select nothing here)
+        moe_export.refuse_with_bundle(args, UsageError)
     selected, problems, replaced = _selected(args)
     if args.format == "bundle":  # a decision a bundle cannot hold is skipped and named, as an unreadable file is
         selected, unexportable = _standard(selected)

@@ -148,6 +148,23 @@ def _gpu_names(entry: dec.Entry) -> set[str]:
     return {entry.gpu, entry.gpu.split(" ", 1)[-1], gpu_text(entry)}
 
 
+#: the options both formats share, (dest, flag) each: they select nothing for a bundle, and are refused with it
+SHARED = (("experts", "--experts"), ("n", "--n"), ("dtype", "--dtype"), ("block_shape", "--block-shape"),
+          ("device_name", "--device-name"), ("batch_index", "--batch-index"), ("where", "--where"), ("gpu", "--gpu"),
+          ("group_size", "--group-size"))
+
+
+def refuse_with_bundle(args: argparse.Namespace, fail: Callable[[str], Exception]) -> None:
+    """``--format bundle`` (every selected decision into one file): the options of the MoE files, given, are
+    refused, naming the formats they are for (before, ignored: ``--group-size 2`` exported every size's)."""
+    given = [flag for dest, flag in SHARED if getattr(args, dest, None) not in (None, False, [], 0)]
+    if given:
+        raise fail(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --format vllm-moe or sglang-moe "
+                   f"(a fused-MoE config file), not --format {args.format}, which exports every decision selected "
+                   "(by --function, --stale)")
+    _refuse_others(args, fail)
+
+
 def _refuse_others(args: argparse.Namespace, fail: Callable[[str], Exception]) -> None:
     """The options of the other format, given: refused, naming the format they are for."""
     for fmt, options in ONLY.items():
