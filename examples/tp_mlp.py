@@ -14,11 +14,11 @@ could choose differently, and the last one to write the shared cache entry would
 
 Demo: ``bash launch.sh --nproc 4 examples/tp_mlp.py`` (or ``torchrun --nproc-per-node 4 ...``): the
 4 ranks form two TP groups of 2 (two replicas), tuned as one, check against a dense reference and print
-one line per rank with the configs it runs: the same on every rank. Rank 0 also prints whether its TP group's keys
-were tuned or served from the disk cache: ``tp_mlp keys: ag_gemm 1 tuned, 0 served from the cache; gemm_rs 1 tuned,
-0 served from the cache`` (run again: ``0 tuned, 1 served`` each). On an even number of ranks the TP groups
-are of 2 ranks; on an odd number each rank is a TP group of its own (TP size 1, printed as ``tp rank 0/1``),
-and every rank a replica.
+one line per rank with the configs it runs: the same on every rank. Rank 0 then prints, after every rank's line,
+whether its TP group's keys were tuned or served from the disk cache: ``tp_mlp keys: ag_gemm 1 tuned, 0 served from
+the cache; gemm_rs 1 tuned, 0 served from the cache`` (run again: ``0 tuned, 1 served`` each). On an even number
+of ranks the TP groups are of 2 ranks; on an odd number each rank is a TP group of its own (TP size 1, printed as
+``tp rank 0/1``), and every rank a replica.
 """
 
 from __future__ import annotations
@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         f"ag_gemm {ag_config}; gemm_rs {rs_config}\n"
     )
     sys.stdout.flush()
+    bad = torch.tensor([0 if ok else 1], device=device)
+    dist.all_reduce(bad)  # (every rank has written its line: rank 0's next one comes after them all)
     if rank == 0:  # its TP group's keys: tuned, or served from the cache (every group decides alike)
         print(cache_line("tp_mlp", {"ag_gemm": decided_counts(ag_gemm), "gemm_rs": decided_counts(gemm_rs)}),
               flush=True)
-    bad = torch.tensor([0 if ok else 1], device=device)
-    dist.all_reduce(bad)
     dist.destroy_process_group()
     return int(bad.item() > 0)
 

@@ -128,6 +128,21 @@ def test_an_example_run_again_says_its_key_was_served_from_the_cache(tmp_path: P
     assert len(list((tmp_path / "home" / ".triton_dist" / "autotune" / "ag_gemm").glob("*.json"))) == 1
 
 
+
+@pytest.mark.timeout(300)
+def test_tp_mlp_says_how_its_keys_were_decided_after_every_ranks_line(tmp_path: Path) -> None:
+    """``bash launch.sh --cpu --nproc 4 examples/tp_mlp.py``: the ranks share the terminal, each writing its own line;
+    rank 0's line saying how the keys were decided comes after all four. Before, rank 0 printed it right after its
+    own line, and the other ranks' lines came after it (seen in 2 runs of 2 on 4 ranks, 1 of 2 on 3)."""
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "4", ROOT / "examples" / "tp_mlp.py"], tmp_path,
+                       user_env(tmp_path), timeout=250)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("tp_mlp ")]
+    assert len(lines) == 5 and sum(line.startswith("tp_mlp rank ") for line in lines) == 4, lines
+    assert lines[-1] == ("tp_mlp keys: ag_gemm 1 tuned, 0 served from the cache; gemm_rs 1 tuned, 0 served from the "
+                         "cache"), lines
+
+
 # -- launch.sh --------------------------------------------------------------------------------------------------------
 
 SHOW_ENV = '''
