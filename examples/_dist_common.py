@@ -206,16 +206,18 @@ def decided_counts(tuned: Callable[..., Any]) -> tuple[int, int]:
     return len(decisions) - cached, cached
 
 
-def cache_line(name: str, counts: dict[str, tuple[int, int]]) -> str:
+def cache_line(name: str, counts: dict[str, tuple[int, int]], failed: int = 0) -> str:
     """The line an example prints on rank 0 to say how its keys were decided: ``ag_gemm keys: 1 tuned, 0 served from
     the cache`` (a first run), ``ag_gemm keys: 0 tuned, 1 served from the cache (...)`` (a run again on the same
-    cache); ``counts``: function name -> (tuned, served from the cache), each named where there are several."""
+    cache); ``counts``: function name -> (tuned, served from the cache), each named where there are several;
+    ``failed``: the keys whose tuning failed (a campaign's), counted at the end (``..., 1 failed``)."""
     parts = [f"{function + ' ' if len(counts) > 1 else ''}{tuned} tuned, {cached} served from the cache"
              for function, (tuned, cached) in counts.items()]
     tuned_all, cached_all = (sum(pair[i] for pair in counts.values()) for i in (0, 1))
-    why = ("" if tuned_all else " (decided by an earlier run; TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)"
-           if cached_all else " (none decided: served without tuning by TRITON_DIST_AUTOTUNE_UNDECIDED's policy)")
-    return f"{name} keys: {'; '.join(parts)}{why}"
+    why = ("" if tuned_all or (failed and not cached_all) else
+           " (decided by an earlier run; TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)" if cached_all else
+           " (none decided: served without tuning by TRITON_DIST_AUTOTUNE_UNDECIDED's policy)")
+    return f"{name} keys: {'; '.join(parts)}{f', {failed} failed' if failed else ''}{why}"
 
 
 def demo_report(name: str, result: torch.Tensor, expected: torch.Tensor, tol: float,

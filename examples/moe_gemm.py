@@ -30,13 +30,14 @@ ends the job when a rank fails, as torchrun does, never ends rank 0 before its r
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then how its
 keys were decided (``moe_gemm keys: 1 tuned, 0 served from the cache``; a campaign counts every key, as its table
-does; run again, the keys are served from the disk cache), then ``RESULT {json}`` (what the tests read; for a
-campaign, ``phases`` holds rank 0's seconds in each step: the imports, the setup before the tuning, the tuning, the
-reference checks and the export; ``clock`` holds rank 0's wall clock, in seconds since the epoch, when its imports
-began and when it printed ``RESULT``: what comes before and after them in a caller's wall time is the interpreter's
-start and the process's end). The reference is computed expert by expert (:func:`moe_reference`): the check of the
-largest campaign batch on a GPU (8,192 tokens) needs about 0.7 GB besides the problem's tensors (before: 224 GiB,
-and the campaign died before its vLLM file was written).
+does, those whose tuning failed at its end, ``..., 1 failed``; run again, the keys are served from the disk cache),
+then ``RESULT {json}`` (what the tests read; for a campaign, ``phases`` holds rank 0's seconds in each step: the
+imports, the setup before the tuning, the tuning, the reference checks and the export; ``clock`` holds rank 0's wall
+clock, in seconds since the epoch, when its imports began and when it printed ``RESULT``: what comes before and
+after them in a caller's wall time is the interpreter's start and the process's end). The reference is computed
+expert by expert (:func:`moe_reference`): the check of the largest campaign batch on a GPU (8,192 tokens) needs
+about 0.7 GB besides the problem's tensors (before: 224 GiB, and the campaign died before its vLLM file was
+written).
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         # raise) nor exported, and the script ends with exit status 1, naming it
         failed = sorted({batches[row.position] for row in summary.failed})
         states = [row.state for row in summary.rows]  # how each key was decided: tuned, cached or failed
-        how = (states.count("tuned"), states.count("cached"))
+        how, failures = (states.count("tuned"), states.count("cached")), states.count("failed")
         result.update(campaign_s=seconds, failed=len(summary.failed), keys=len(summary.rows), failed_batches=failed)
         checked_from = time.perf_counter()
         checks = {}
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         decided = moe.tuner.decided.get(moe_key(p.a, p.w, p.routing))  # None: served by an undecided= policy
         choice = config_text(decided) if decided is not None else served_text()
         error = relative_error(out, moe_reference(p.a, p.w, p.routing))
-        how = decided_counts(moe)
+        how, failures = decided_counts(moe), 0
         result.update(tokens=tokens, kept=kept, tuning_s=seconds, choices={str(tokens): choice}, max_error=error)
     lines: list[Any] = [None] * world
     dist.all_gather_object(lines, result)
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         for r, row in enumerate(lines):
             print(f"moe_gemm rank {r}/{world}: chose {row['choices']}, max relative error {row['max_error']:.2e}",
                   flush=True)
-        print(cache_line("moe_gemm", {"moe_gemm": how}), flush=True)  # its keys: tuned, or from the cache
+        print(cache_line("moe_gemm", {"moe_gemm": how}, failures), flush=True)  # tuned, from the cache, failed
         same = all(row["choices"] == lines[0]["choices"] for row in lines)
         for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
             if f"{engine}_file" in result:

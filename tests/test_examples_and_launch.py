@@ -78,6 +78,21 @@ def test_moe_campaign_with_a_failed_batch_size_still_writes_the_vllm_file_then_e
     assert sorted(int(k) for k in json.loads(files[0].read_text())) == [3, 20]
     assert "the tuning failed at batch size(s) 8" in ranks[0].stderr and "not in the vLLM file" in ranks[0].stderr, \
         ranks[0].stderr[-3000:]
+    assert "moe_gemm keys: 2 tuned, 0 served from the cache, 1 failed\n" in ranks[0].stdout, output[-6000:]
+
+
+@pytest.mark.timeout(120)
+def test_moe_campaign_whose_every_batch_size_fails_says_so_not_that_a_policy_served_them(tmp_path: Path) -> None:
+    """``moe_gemm.py --tiny --campaign --batches 8`` where every config fails at M = 8: rank 0's line about the keys
+    counts the failure. Before: ``moe_gemm keys: 0 tuned, 0 served from the cache (none decided: served without tuning
+    by TRITON_DIST_AUTOTUNE_UNDECIDED's policy)``, no policy being set, and the key never served."""
+    script = tmp_path / "moe_failing_at_8.py"
+    script.write_text(FAILING_AT_8)
+    ranks = run_ranks(script, 2, ["--tiny", "--campaign", "--batches", "8"], env=tuner_env(tmp_path), timeout=100)
+    output = describe(ranks)
+    assert [r.returncode for r in ranks] == [1, 0], output[-6000:]
+    said = [line for line in ranks[0].stdout.splitlines() if line.startswith("moe_gemm keys: ")]
+    assert said == ["moe_gemm keys: 0 tuned, 0 served from the cache, 1 failed"], output[-6000:]
 
 
 # -- the examples with TRITON_DIST_AUTOTUNE_UNDECIDED set: a served key is not decided ---------------------------------
