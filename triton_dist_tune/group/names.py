@@ -68,7 +68,10 @@ LINGER_S = WRITE_S + LOOK_S
 #: the longest name read: torch's names are numbers, or a hash of the ranks (``use_local_synchronization``)
 NAME_CHARS = 80
 #: the most characters of keys a rank's key lists (the keys its wait waits for: one for a rank other than group
-#: rank 0, the result; one a peer for rank 0); a wait of more lists none, and a reader cannot tell it ended
+#: rank 0, the result; one a peer for rank 0); a wait of more lists none, and a reader cannot tell it ended. Only
+#: group rank 0's list grows with the group (about 5,500 characters for 64 ranks whose group torch names by a hash
+#: of its ranks, the longest names; past about 90 such ranks, or 165 of a numbered group, it lists none), and no
+#: reader needs it: rank 0 deletes its key before it writes the result that lets a peer go on elsewhere
 KEYS_CHARS = 8192
 #: the names of the threads the tuner starts (its watchdog, beats, clients, compile pools): none runs the user's code
 TUNER_THREADS = ("tdt-", "triton_dist_tune-")
