@@ -143,3 +143,19 @@ def test_the_moe_formats_options_are_refused_with_a_bundle_not_ignored(tmp_path)
         assert not bundle.exists()
     done = cli("export", tmp_path / "all.json", "--cache-dir", cache)  # (no such option: every decision)
     assert done.returncode == 0 and "exported 2 decision(s)" in done.stdout, done.stderr
+
+
+@pytest.mark.timeout(200)
+def test_a_rank_local_and_a_whole_groups_decision_of_one_size_are_said_apart(tmp_path):
+    """One key decided for groups of 4 ranks twice: by a job of 4 ranks tuning together and by a rank-local campaign on
+    4 ranks (``list``: ranks ``4`` and ``local``). ``--group-size 4`` keeps both; the refusal said they differ in what
+    the files do not record (cache_key_extra, the devices), which they may not: the files record that one was tuned
+    rank-locally. Now it says so, naming the rank-local one."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    decision(cache, "(8, 'torch.bfloat16')", 64, 4, "world4")
+    local = decision(cache, "(8, 'torch.bfloat16')", 16, 1, "local4", group="this process alone",
+                     rank_local={"rank": 0, "group_size": 4, "group": "default"})
+    said = refused(cli("export", out, *VLLM, "--group-size", "4", "--cache-dir", cache))
+    assert "do not record" not in said, said
+    assert (f"both serve calls on 4 ranks; {local.name} was tuned by one rank alone (a rank-local campaign, 'local' "
+            "in 'list'), the other by its whole group") in said and "delete the file not wanted" in said, said

@@ -306,6 +306,13 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
                     f"({unsized[0].path.name}: the one rank that tuned it)")
         return (f"batch size {batch} has two different decisions for one key: {both}{serving}: one file holds one "
                 f"config per batch size: {pick}, or delete the file not wanted")
+    local = [entry for entry, _ in choices if entry.rank_local is not None]
+    if len({entry.key for entry, _ in choices}) == 1 and len(local) == 1 and len(set(sizes)) == 1 and not unsized:
+        # one key, one size: a rank-local campaign's decision and its whole group's (the files say which; not an
+        # older file's group of one, which may be an older rank-local campaign's)
+        return (f"batch size {batch} has two different decisions for one key: {both}; both serve calls on {sizes[0]} "
+                f"ranks; {local[0].path.name} was tuned by one rank alone (a rank-local campaign, 'local' in 'list'), "
+                "the other by its whole group: one file holds one config per batch size: delete the file not wanted")
     if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
         unrecorded = ", the number of ranks a rank-local campaign ran on)" if unsized else \
             f"); both serve calls on {sizes[0]} ranks"
