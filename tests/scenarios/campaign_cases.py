@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, spend, use_virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.group.resolve import resolve_group
@@ -32,15 +32,20 @@ def record(rank: int, size: int, variant: int) -> None:
 
 
 def slow(size: int, variant: int) -> None:
-    """The best variant of a key takes 5 ms, the others 80 ms: a scheduling stall on a loaded machine (tens of ms)
-    cannot close that gap (2 and 12 ms could, and once flipped a replica's choice)."""
-    time.sleep(0.005 if variant == best_variant(size) else 0.080)
+    """The best variant of a key takes 5 ms, the others 80 ms, spent on the virtual clock too: the cases that call
+    it time their samples there (``_cases.use_virtual_clock``), so the choices the tests assert follow from these
+    times whatever the load. On the wall clock they were two cold samples a config of 8 keys (4 in ``replicas``),
+    a gap of 75 ms at each, and stalls of a loaded machine have closed 35 and 60 ms gaps in other scenarios."""
+    ms = 5.0 if variant == best_variant(size) else 80.0
+    time.sleep(ms / 1e3)
+    spend(ms)
 
 
 @case
 def local():
     """A rank-local function and 8 keys: a campaign, then (policy) a call at a key never tuned."""
     tdt.init_distributed(backend="gloo")
+    use_virtual_clock()  # (see slow)
     rank = dist.get_rank()
     kill_at = int(os.environ.get("KILL_AT_BUILD", "0"))  # SIGKILL this rank as it builds its n-th call
     built: list[int] = []
@@ -77,6 +82,7 @@ def local():
 def replicas():
     """4 ranks as 2 replicas of a 2-rank group, a collective function and 4 keys."""
     tdt.init_distributed(backend="gloo")
+    use_virtual_clock()  # (see slow)
     rank, world = dist.get_rank(), dist.get_world_size()
     tp_groups = [dist.new_group([s, s + 1]) for s in range(0, world, 2)]
     across_groups = [dist.new_group(list(range(p, world, 2))) for p in range(2)]
@@ -118,6 +124,7 @@ def unsteady_build():
     """A build that is not deterministic: its second build of key 16 (the one that tunes) gives 17 rows, on every
     rank; key 8 builds alike every time. Collective (LOCAL unset) or rank-local (LOCAL=1), 2 ranks."""
     tdt.init_distributed(backend="gloo")
+    use_virtual_clock()  # (see slow)
     rank = dist.get_rank()
     built: list[int] = []
 
@@ -198,6 +205,7 @@ def cli():
     """``triton-dist-tune campaign`` on this module's rank-local function, 4 keys."""
     from triton_dist_tune.cli.commands import main as command
 
+    use_virtual_clock()  # (see slow)
     rc = command(["campaign", "campaign_cases:cli_kernel", "--calls", "campaign_cases:cli_build", "--keys", "8", "16",
                   "24", "32", "--local", "--backend", "gloo", "--json", os.environ["SUMMARY"]])
     emit(rank=int(os.environ["RANK"]), rc=rc)  # (the command destroyed the group it started)
