@@ -98,12 +98,16 @@ def wrong_on_one_rank():
     @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, ref_prog=reference, rtol=0, atol=0,
                   name="wrong")
     def double(x, *, variant):
-        time.sleep([0.160, 0.020, 0.005][variant])  # config 2 is fastest, config 1 next (8x apart), then 0
+        ms = [160.0, 20.0, 5.0][variant]  # config 2 is fastest, config 1 next (8x apart), then 0
+        time.sleep(ms / 1e3)
+        spend(ms)
         if variant == 2 and rank == 1:
             return x * 2 + 1
         return x * 2
 
-    y = double(torch.ones(4))
+    # timed on the virtual clock: the test asserts config 1, from two samples of 20 against 160 ms on the wall clock
+    with virtual_clock():
+        y = double(torch.ones(4))
     rows = next(iter(double.tuner.tables.values()))
     emit(chosen=double.tuner.decided[0]["variant"], out=y.tolist(), states=[r["state"] for r in rows],
          error=rows[2].get("error"))
