@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -63,11 +63,16 @@ def hang_then_prune():
         if v == 1 and me == 1 and run == "1":
             time.sleep(3600)  # a hung kernel: only the watchdog ends it
         # config 1 is the fastest once it does not hang; of the rest config 0, by 4x (the runs that leave 1 out
-        # choose 0 from 2 samples: against 80 ms, a loaded machine's stalls could close a 2x gap)
-        time.sleep([0.040, 0.002, 0.160, 0.320][v])
+        # choose 0 from 2 samples: against 80 ms, a loaded machine's stalls could close a 2x gap). Spent on the
+        # virtual clock too, which times the samples: the choice of 0 rests on no wall-clock race (the hang above
+        # is still real: the watchdog ends it on the real clock)
+        ms = [40.0, 2.0, 160.0, 320.0][v]
+        time.sleep(ms / 1e3)
+        spend(ms)
         return x + v
 
-    out = caught(lambda: kernel(torch.ones(4)).tolist())
+    with virtual_clock():
+        out = caught(lambda: kernel(torch.ones(4)).tolist())
     chosen = next(iter(kernel.tuner.decided.values()), None)
     # run 1: rank 1 is ended by its watchdog, so rank 0 leaves without main's barrier; run 2: both end normally
     # (rank 0, the store's host, waits at the barrier until rank 1 has read the last exchange)
