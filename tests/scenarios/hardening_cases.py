@@ -16,17 +16,25 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, outcome
+from _cases import case, emit, main, outcome, spend, use_virtual_clock
 
 import triton_dist_tune as tdt
 
 SPACE = [{"block": b} for b in (16, 32, 64)]
 #: ms per config: 16 is the fastest, by 75 ms or more. The cases whose result says which config was chosen take 3
 #: samples a config (``REPEAT``): from one, a stall of a loaded machine as long as the gap flips the choice (75 ms
-#: did in a contextual scenario's one-sample choice)
+#: did in a contextual scenario's one-sample choice). They also time their samples on the virtual clock
+#: (``_cases.use_virtual_clock``), where :func:`nap` spends what it sleeps: even 3 samples on the wall clock are a
+#: race that stalls of a loaded machine can reorder (they closed 35 and 60 ms gaps in other scenarios)
 SLEEP_MS = {16: 5, 32: 80, 64: 120}
 #: samples a config where the chosen config is asserted
 REPEAT = 3
+
+
+def nap(ms: float) -> None:
+    """Sleep ``ms`` and spend it on the virtual clock (which times the samples only where a case turned it on)."""
+    time.sleep(ms / 1e3)
+    spend(ms)
 
 
 def rank() -> int:
@@ -79,7 +87,7 @@ def make_failing(name: str):
     def step(x, *, block):
         if os.environ.get("FIXED") != "1":
             raise RuntimeError("Default process group has not been initialized (simulated)")
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         dist.all_reduce(x.clone())
         return block
 
@@ -90,6 +98,7 @@ def make_failing(name: str):
 def all_fail_then_fixed():
     """Every config fails (the cause is outside the tuner); the next run, with the cause fixed, tunes afresh."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
     step = make_failing("allfail_fixed")
     result = outcome(step, torch.ones(2))
     # this rank's own journals (the ranks share the folder; the others remove theirs at their own pace)
@@ -112,7 +121,7 @@ def ref_prog_fails_on_one_rank():
                   name="refprog")
     def double(x, *, block):
         calls[block] += 1
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         dist.all_reduce(torch.zeros(1))
         return x * 2
 
@@ -131,7 +140,7 @@ def in_place_collective():
 
     @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=2, n_repeat=5, timing="cold", name="inplace_ar")
     def reduce_sum(x, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         dist.all_reduce(x)
         return float(x.sum())
 
@@ -144,11 +153,12 @@ def in_place_collective():
 def keys_in_canonical_form():
     """Keys that are sets of strings (ranks with different hash seeds), and a key that is a tensor."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
 
     @tdt.autotune(SPACE, key_fn=lambda x, tags: frozenset(tags), n_warmup=0, n_repeat=REPEAT, timing="cold",
                   name="setkey")
     def tagged(x, tags, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         return block
 
     tags = {f"tag{i}" for i in range(8)}
@@ -163,11 +173,12 @@ def keys_in_canonical_form():
 def group_recreated():
     """A group destroyed and created again (same ranks): the new group is tuned with on its own channel."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
     tunings = []
 
     @tdt.autotune(SPACE, key_fn=lambda x, **k: x.numel(), n_warmup=0, n_repeat=REPEAT, timing="cold", name="regroup")
     def f(x, *, block, group=None):
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         y = x * block
         dist.all_reduce(y, group=group)
         return y
@@ -189,11 +200,12 @@ def group_recreated():
 def not_a_member():
     """Rank 1 is not in the group new_group([0]) made: torch gives it -100."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
     group = dist.new_group([0])
 
     @tdt.autotune(SPACE, key_fn=lambda x: 0, n_warmup=0, n_repeat=REPEAT, timing="cold", name="member")
     def f(x, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         return block
 
     emit(result=outcome(f, 1, autotune_pg=group))
@@ -203,11 +215,12 @@ def not_a_member():
 def waiting_rank_reports():
     """Rank 1 arrives late: rank 0 prints progress lines naming it while it waits."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
     if rank() == 1:
         time.sleep(float(os.environ.get("LATE_S", "3")))
     @tdt.autotune(SPACE, key_fn=lambda: 0, n_warmup=0, n_repeat=REPEAT, timing="cold", name="late")
     def f(*, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         return block
 
     emit(result=outcome(f))
@@ -217,12 +230,13 @@ def waiting_rank_reports():
 def threads_share_a_group():
     """Two threads of every rank call one tuned function with one key at the same moment: one tuning, one choice."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
     tunings = collections.Counter()
 
     @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="threads")
     def f(x, *, block):
         tunings[block] += 1
-        time.sleep(SLEEP_MS[block] / 1e3)
+        nap(SLEEP_MS[block])
         return block
 
     results = []
@@ -238,11 +252,12 @@ def threads_share_a_group():
 def overwrite_and_fn():
     """autotune_allow_arg_overwrite=True (the caller's value wins), .fn, and to_hashable's three items."""
     tdt.init_distributed()
+    use_virtual_clock()  # (see SLEEP_MS)
 
     @tdt.autotune(SPACE, key_fn=lambda x, **k: tdt.to_hashable(x), n_warmup=0, n_repeat=REPEAT, timing="cold",
                   name="overwrite")
     def g(x, *, block):
-        time.sleep(SLEEP_MS.get(block, 1) / 1e3)
+        nap(SLEEP_MS.get(block, 1))
         return block
 
     shape, stride, dtype = tdt.to_hashable(torch.ones(2, 3))
