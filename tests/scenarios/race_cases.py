@@ -145,7 +145,8 @@ def measured_batch():
 
 @case
 def cold():
-    """``timing="cold"``: one call per sample; the choice still agrees."""
+    """``timing="cold"``: one call per sample; the choice still agrees (timed on the virtual clock: on the wall
+    clock the test's config 1 rested on 4 cold samples of 5 against 80 ms)."""
     tdt.init_distributed()
     calls = collections.Counter()
 
@@ -153,9 +154,11 @@ def cold():
     def f(*, variant):
         calls[variant] += 1
         time.sleep([0.080, 0.005][variant])
+        spend([80.0, 5.0][variant])
         dist.all_reduce(torch.ones(1))
 
-    f()
+    with virtual_clock():
+        f()
     emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"], outcomes=outcomes(f))
 
 
@@ -197,29 +200,21 @@ def steady_structure():
 def mixed_clocks():
     """Rank 0 times with a device-kind clock (a stand-in: this machine has no device, so it reads the host's time
     and cannot hold a device), rank 1 with the host clock, as when one rank's device events fail and it falls back
-    alone: the function's collectives must still match, so both ranks make the same calls."""
-    from triton_dist_tune.function import agreed
-    from triton_dist_tune.measure.clocks import HostClock
-
-    class DeviceKindClock(HostClock):
-        kind = "cuda"
-
+    alone: the function's collectives must still match, so both ranks make the same calls. Both clocks are
+    virtual (``_cases.virtual_clock`` of kind "cuda" on rank 0, "host" on rank 1): on the wall clock the test's
+    config 0 rested on 3 samples of 5 against 80 ms."""
     tdt.init_distributed(backend="gloo")
     calls = collections.Counter()
 
     @tdt.autotune(space(2), key_fn=lambda: 0, n_warmup=1, n_repeat=3, name="mixed_clocks")
     def f(*, variant):
         calls[variant] += 1
-        time.sleep([0.005, 0.080][variant])  # 16x: a loaded machine's stalls cannot flip the choice
+        time.sleep([0.005, 0.080][variant])
+        spend([5.0, 80.0][variant])
         dist.all_reduce(torch.ones(1))
 
-    saved = agreed.make_clock
-    if dist.get_rank() == 0:
-        agreed.make_clock = DeviceKindClock
-    try:
+    with virtual_clock("cuda" if dist.get_rank() == 0 else "host"):  # (it puts the usual clock back after)
         f()
-    finally:
-        agreed.make_clock = saved  # the scenarios after this one in the same job time as usual
     emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"])
 
 
