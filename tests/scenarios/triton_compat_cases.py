@@ -18,7 +18,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import case, emit, main, spend, virtual_clock  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -214,13 +214,18 @@ def tp_groups_differ():
     @tdt.autotune(config_space=[{"w": 0}, {"w": 1}], key_fn=lambda x, **kw: x.shape, n_warmup=1, n_repeat=3)
     def f(x, w):
         scale = 1 if me < 2 else 4
-        # group 0 is faster with w=0, group 1 with w=1 (5 against 80 ms: a stall under load cannot close that)
-        time.sleep(scale * (0.005 if w == me // 2 else 0.08))
+        # group 0 is faster with w=0, group 1 with w=1 (5 against 80 ms), spent on the virtual clock that times the
+        # samples too: on the wall clock group 0's choice rested on 3 samples of 5 against 80 ms on 4 ranks. The real
+        # sleeps stay: group [2, 3] must finish second in real time, to find group [0, 1]'s entry
+        ms = scale * (5.0 if w == me // 2 else 80.0)
+        time.sleep(ms / 1e3)
+        spend(ms)
         return x + 1
 
     x = torch.zeros(2)
     dist.barrier()
-    f(x, autotune_pg=mine)
+    with virtual_clock():
+        f(x, autotune_pg=mine)
     emit(chosen=[d.index for d in f.tuner.decisions.values()])
 
 
