@@ -145,17 +145,35 @@ def test_an_example_run_again_says_its_key_was_served_from_the_cache(tmp_path: P
 
 
 @pytest.mark.timeout(300)
-def test_tp_mlp_says_how_its_keys_were_decided_after_every_ranks_line(tmp_path: Path) -> None:
-    """``bash launch.sh --cpu --nproc 4 examples/tp_mlp.py``: the ranks share the terminal, each writing its own line;
-    rank 0's line saying how the keys were decided comes after all four. Before, rank 0 printed it right after its
-    own line, and the other ranks' lines came after it (seen in 2 runs of 2 on 4 ranks, 1 of 2 on 3)."""
+def test_tp_mlp_four_ranks_two_groups_tuned_as_one_said_after_every_ranks_line(tmp_path: Path) -> None:
+    """``bash launch.sh --cpu --nproc 4 examples/tp_mlp.py``: two TP groups of 2, replicas of each other, tuned as one
+    (``autotune_replicas=``): every rank runs the same configs, and the tuner never warns that the groups chose
+    differently for one shared cache entry. Tuned as one, each function's key has two races on every rank
+    (docs/scale.md: the replicas share the first pass, then the leaders race again on every replica); two TP groups
+    tuning apart have one each. The ranks share the terminal, each writing its own line; rank 0's line saying how
+    the keys were decided comes after all four. Before, rank 0 printed it right after its own line, and the other
+    ranks' lines came after it (seen in 2 runs of 2 on 4 ranks, 1 of 2 on 3)."""
+    # (T 60 s: four ranks on two cores beside the suite's other workers; a healthy run never waits it)
     done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "4", ROOT / "examples" / "tp_mlp.py"], tmp_path,
-                       user_env(tmp_path), timeout=250)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+                       user_env(tmp_path, TRITON_DIST_AUTOTUNE_TIMEOUT="60"), timeout=250)
+    output = done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, output
     lines = [line for line in done.stdout.splitlines() if line.startswith("tp_mlp ")]
-    assert len(lines) == 5 and sum(line.startswith("tp_mlp rank ") for line in lines) == 4, lines
+    ranks = [line for line in lines if line.startswith("tp_mlp rank ")]
+    assert len(lines) == 5 and len(ranks) == 4 and all(": OK " in line for line in ranks), lines
+    assert {line.split(" group ")[1][0] for line in ranks} == {"0", "1"}  # two TP groups
+    assert all("'algo'" in line for line in ranks)  # each rank reports the configs it runs
+    assert len({line.split("; ", 1)[1] for line in ranks}) == 1, "\n".join(ranks)  # one choice everywhere
     assert lines[-1] == ("tp_mlp keys: ag_gemm 1 tuned, 0 served from the cache; gemm_rs 1 tuned, 0 served from the "
                          "cache"), lines
+    assert "share one cache entry" not in done.stdout + done.stderr, output
+    cache, log_dir = tmp_path / "cache", tmp_path / "logs"
+    assert sorted(p.parent.name for p in cache.rglob("*.json")) == ["ag_gemm", "gemm_rs"]
+    for rank in range(4):
+        messages = [json.loads(line)["message"] for line in (log_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
+        for name in ("ag_gemm", "gemm_rs"):
+            races = [m for m in messages if m.startswith(f"[{name} key=") and "] race: " in m]
+            assert len(races) == 2, (rank, name, races)
 
 
 # -- launch.sh --------------------------------------------------------------------------------------------------------

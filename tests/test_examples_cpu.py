@@ -225,38 +225,6 @@ def test_gemm_rs_check_cpu_two_ranks(tmp_path: Path) -> None:
     assert not any("FAIL" in r.stdout for r in ranks), describe(ranks)
 
 
-@pytest.mark.timeout(300)
-def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
-    """Two TP groups of 2, replicas of each other, tuned as one (``autotune_replicas=``): every rank runs the same
-    configs, and the tuner never warns that the groups chose differently for one shared cache entry. Tuned as one,
-    each function's key has two races on every rank (docs/scale.md: the replicas share the first pass, then the
-    leaders race again on every replica); two TP groups tuning apart have one each."""
-    import json
-
-    from harness import describe, run_ranks
-
-    cache, log_dir = tmp_path / "cache", tmp_path / "logs"
-    ranks = run_ranks(HERE.parent / "examples" / "tp_mlp.py", 4, timeout=280,
-                      env={"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(cache), "TRITON_DIST_AUTOTUNE_LOG_DIR": str(log_dir)})
-    output = describe(ranks)
-    assert all(r.returncode == 0 for r in ranks), output[-4000:]
-    lines = [line for r in ranks for line in r.stdout.splitlines() if line.startswith("tp_mlp rank")]
-    assert len(lines) == 4 and all(": OK " in line for line in lines), output[-4000:]
-    assert {line.split(" group ")[1][0] for line in lines} == {"0", "1"}  # two TP groups
-    assert all("'algo'" in line for line in lines)  # each rank reports the configs it runs
-    assert len({line.split("; ", 1)[1] for line in lines}) == 1, "\n".join(lines)  # one choice everywhere
-    said = [line for r in ranks for line in r.stdout.splitlines() if line.startswith("tp_mlp keys: ")]
-    assert said == ["tp_mlp keys: ag_gemm 1 tuned, 0 served from the cache; gemm_rs 1 tuned, 0 served from the cache"]
-    assert said[0] in ranks[0].stdout, output[-4000:]  # rank 0 alone says how its keys were decided
-    assert "share one cache entry" not in output, output[-4000:]
-    assert sorted(p.parent.name for p in cache.rglob("*.json")) == ["ag_gemm", "gemm_rs"]
-    for rank in range(4):
-        messages = [json.loads(line)["message"] for line in (log_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
-        for name in ("ag_gemm", "gemm_rs"):
-            races = [m for m in messages if m.startswith(f"[{name} key=") and "] race: " in m]
-            assert len(races) == 2, (rank, name, races)
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("example", ["ag_gemm", "gemm_rs"])
 def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, example: str) -> None:

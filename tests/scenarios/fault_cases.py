@@ -292,6 +292,19 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def tune_and_say_error(work, pg, reraise: bool = False) -> None:
+    """Call ``work`` once on ``pg`` and emit the library error it raised (its type, message and seconds), or none;
+    ``reraise``: raise it again after, as a user's script would."""
+    t0 = time.perf_counter()
+    try:
+        work(torch.ones(4), autotune_pg=pg)
+        emit(error=None)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+        if reraise:
+            raise
+
+
 @case
 def wrong_group():
     """Ranks that call with groups that do not match (``GROUPING``).
@@ -303,13 +316,7 @@ def wrong_group():
     start()
     pair = dist.new_group([0, 1])
     pg = pair if dist.get_rank() == 0 else dist.group.WORLD
-    work = make_work(name="wrong_group")
-    t0 = time.perf_counter()
-    try:
-        work(torch.ones(4), autotune_pg=pg)
-        emit(error=None)
-    except tdt.AutotuneError as exc:
-        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    tune_and_say_error(make_work(name="wrong_group"), pg)
     dist.barrier()  # under run_ranks rank 0 hosts the store: it stays until every rank has timed out
     sys.stdout.flush()
     os._exit(0)  # the ranks' channels are out of step now: this process must not tune again
@@ -410,14 +417,8 @@ def mpi_wrong_comm():
     world = comm()
     other = world.Dup()
     mine = world if world.Get_rank() == 0 else other
-    work = make_work(name="mpi_wrong_comm")
-    t0 = time.perf_counter()
-    try:
-        work(torch.ones(4), autotune_pg=mine)
-        emit(error=None)
-    except tdt.AutotuneError as exc:
-        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
-        raise  # as a user's script would: mpiexec then ends the job with a non-zero status
+    # raised again, as a user's script would: mpiexec then ends the job with a non-zero status
+    tune_and_say_error(make_work(name="mpi_wrong_comm"), mine, reraise=True)
 
 
 @case
@@ -437,13 +438,7 @@ def groups_created_in_another_order():
         made = [dist.new_group([0, 1]), dist.new_group([0, 1])]
         me = dist.get_rank()
     mine = made[0] if me == 0 else made[1]  # (each rank's first: rank 1 made them in the other order)
-    work = make_work(name="groups_in_another_order")
-    t0 = time.perf_counter()
-    try:
-        work(torch.ones(4), autotune_pg=mine)
-        emit(error=None)
-    except tdt.AutotuneError as exc:
-        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    tune_and_say_error(make_work(name="groups_in_another_order"), mine)
     sys.stdout.flush()
     if not MPI_MODE:
         dist.barrier()  # (on the default group: both ranks are past their waits)
