@@ -232,12 +232,13 @@ def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, examp
     of the test server with torchrun's variables, launch.sh itself being tested with the quick start and
     tests/test_newcomer.py): the interpreter, tiny shapes; rank 0 prints one OK line per rank, with one config for
     every rank (before: the files had no main and ran nothing), then that the key was tuned, none served from the
-    cache (before: no word of it; a second run: test_examples_and_launch.py)."""
+    cache; run again on the same cache, that it was served from the cache (before: both runs printed the same lines,
+    and only the rank logs said 'cache hit')."""
     from harness import describe, run_ranks
 
-    ranks = run_ranks(HERE.parent / "examples" / f"{example}.py", 2, timeout=220,
-                      env={"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
-                           "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")})
+    env = {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+           "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    ranks = run_ranks(HERE.parent / "examples" / f"{example}.py", 2, timeout=220, env=env)
     assert all(r.returncode == 0 for r in ranks), describe(ranks)
     lines = [line for line in ranks[0].stdout.splitlines() if line.startswith(f"{example} rank ")]
     assert [line.split(":")[0] for line in lines] == [f"{example} rank 0/2", f"{example} rank 1/2"], describe(ranks)
@@ -246,6 +247,11 @@ def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, examp
     said = [line for r in ranks for line in r.stdout.splitlines() if line.startswith(f"{example} keys: ")]
     assert said == [f"{example} keys: 1 tuned, 0 served from the cache"], describe(ranks)  # rank 0 alone says it
     assert said[0] in ranks[0].stdout
+    again = run_ranks(HERE.parent / "examples" / f"{example}.py", 2, timeout=220, env=env)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    said = [line for line in again[0].stdout.splitlines() if line.startswith(f"{example} keys: ")]
+    assert said == [f"{example} keys: 0 tuned, 1 served from the cache (decided by an earlier run; "
+                    "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)"], describe(again)
 
 
 @pytest.mark.parametrize("example", ["quickstart", "ag_gemm", "gemm_rs", "tp_mlp", "fla_contextual"])
