@@ -121,14 +121,16 @@ def test_every_config_wrong_against_the_reference_raises_alike_on_every_rank(tmp
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(200)
 def test_a_time_budget_bounds_the_tuning_of_a_key_on_every_rank(tmp_path):
-    """Helion's ``autotune_effort='quick'``, as ``budget=2`` seconds over 9 configs of 20 ms calls with
-    ``n_repeat=50`` (tens of seconds whole): the tuning is cut and both ranks choose alike, well within 4x the
-    budget."""
+    """Helion's ``autotune_effort='quick'``, as ``budget=1.5`` seconds over 9 configs of 50 ms calls with
+    ``n_repeat=50``: the tuning is cut and both ranks choose alike, within 4x the budget. Without the budget the
+    key's race takes 11 rounds and about 6 s here (its warm-ups' sleeps alone about 1.2 s, its first round's 0.45 s,
+    whatever the load): at ``budget=2`` over 20 ms calls (about 2.8 s unbounded)
+    a loaded CI run once ended its race unbounded at 2.25 s, not cut."""
     results = run_ranks(CASES, 2, ["budget"], env=tuner_env(tmp_path, 30), timeout=150)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert results[0].result["decided"] == results[1].result["decided"], describe(results)
     for r in results:
-        assert r.result["cut"] == "True" and r.result["seconds"] < 8, r.result
+        assert r.result["cut"] == "True" and r.result["seconds"] < 6, r.result
 
 
 @pytest.mark.triton_dependent
