@@ -4,30 +4,49 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, outcome
+from _cases import case, emit, main, outcome, waited_for
 
 import triton_dist_tune as tdt
 
 
+def store_gone(seconds: float = 60) -> None:
+    """Wait until the store's port refuses a connection (its host, rank 0, has ended), at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), timeout=1).close()
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
 @case
 def host_ended_before_a_hot_call_settles():
-    """Rank 0 (the store's host) ends its process after the group's first call; rank 1's next call, a second later,
-    runs hot and meets key 128, which no rank decided: it settles it in the store, which is gone."""
+    """Rank 0 (the store's host) ends its process once both ranks' first calls returned (a file each: rank 1 may
+    still be reading the call's last result when rank 0's returns; before, a loaded run lost the store there); once
+    the store's port refuses connections, rank 1's next call runs hot and meets key 128, which no rank decided: it
+    settles it in the store, which is gone."""
     from _kernels import copying_layer
 
     tdt.init_distributed(backend="gloo")
     me = dist.get_rank()
+    folder = Path(os.environ["TRITON_DIST_AUTOTUNE_LOG_DIR"]).parent
 
     layer = copying_layer(is_dist=True, n_warmup=1, n_repeat=1)
 
     emit(rank=me, what=0, **outcome(lambda: float(layer(torch.ones(64)).sum())))
+    (folder / f"first-call-{me}").touch()
     if me == 0:
+        waited_for([folder / "first-call-1"])
         os._exit(0)
-    time.sleep(1.0)
+    waited_for([folder / "first-call-0"])
+    store_gone()
     emit(rank=me, what=1, **outcome(lambda: float(layer(torch.ones(128)).sum())))
     os._exit(0)  # (no barrier: rank 0 is gone)
 
