@@ -125,6 +125,12 @@ class Server:
     def alive(self) -> bool:
         return not self.dead and self.proc.poll() is None
 
+    def discard(self) -> None:
+        """Kill the server and close the socket to it (left to the collector, an unclosed socket warns in the test
+        that happens to run then)."""
+        self.proc.kill()
+        self.sock.close()
+
     def _read(self) -> None:
         try:
             while (msg := recv_message(self.sock)) is not None:
@@ -279,7 +285,7 @@ def _server_for(env: dict[str, str], base: dict[str, str]) -> Server | None:
     # restarted it for every test (pytest sets PYTEST_CURRENT_TEST per test), 4-5 s of CPU each time
     if server is None or not server.alive() or _differs(server.env, wanted):
         if server is not None:
-            server.proc.kill()
+            server.discard()
         server = _SERVERS[slot] = Server(wanted)
     return server
 
@@ -296,7 +302,7 @@ def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str
         where = script if script in ("-c", "-m") else os.path.abspath(script)
         return ForkedProcess(server, where, [str(a) for a in args], env, None if cwd is None else str(cwd))
     except (ConnectionError, OSError):  # the server died (it failed to import, or was killed): a fresh process
-        server.proc.kill()
+        server.discard()
         for slot in [k for k, v in _SERVERS.items() if v is server]:
             del _SERVERS[slot]
         return None
