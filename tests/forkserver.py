@@ -126,10 +126,14 @@ class Server:
         return not self.dead and self.proc.poll() is None
 
     def discard(self) -> None:
-        """Kill the server and close the socket to it (left to the collector, an unclosed socket warns in the test
-        that happens to run then)."""
+        """Kill the server, wait for it and close the socket to it (left to the collector, an unclosed socket or a
+        process not waited for warns in the test that happens to run then)."""
         self.proc.kill()
         self.sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _read(self) -> None:
         try:
