@@ -388,6 +388,25 @@ def test_a_contextual_rank_0_back_past_the_grace_leaves_its_record_to_a_slower_p
     assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_0_interrupted_in_its_grace_for_a_peers_record_counts_that_peer_out_at_the_same_agreement(tmp_path):
+    """3 ranks, sync_every=2 (found by ``chaos.py --faults interrupt``, seed 9696, job seed 378580353): rank 1 is
+    interrupted at the summary line of the group's first contextual call, its "left" record at the agreement at call
+    2; group rank 0, gathering that agreement, is interrupted inside its grace for that record, and calls again at
+    once; rank 1 calls again once rank 0 has left. Every rank raises at call 2 (rank 0 its interruption, ranks 1 and
+    2 RankFailedError), and calls 3 and 4 go on without error on every rank. Before: rank 1's record stayed
+    unsettled, rank 1 set it back and made its agreement at call 2 at the next number, where ranks 0 and 2 made
+    their agreement at call 4: ExchangeError on all three, and rank 1 then waited T at its own call 4."""
+    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1", "SYNC_EVERY": "2", "PLAN_0": "c64,c64?,fleft0,c64*2",
+           "PLAN_1": "c64!,wleft0,c64*3", "PLAN_2": "c64*4"}
+    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(1, 1)]["error"] == "KeyboardInterrupt" and calls[(0, 2)]["error"] == "KeyboardInterrupt", calls
+    assert calls[(1, 2)]["error"] == calls[(2, 2)]["error"] == "RankFailedError", calls
+    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
+
+
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(("r2_at", "delay"), [("", "4"), ("round 1", "4"), ("round 1", "0")])
 def test_two_ranks_leaving_a_tuning_at_different_exchanges_end_the_next_calls_alike(tmp_path, r2_at, delay):

@@ -20,10 +20,11 @@ import triton_dist_tune as tdt
 def plan():
     """Env: LEAVER (global ranks, comma-separated), SYNC_EVERY, PLAN (comma-separated steps, every rank) or
     PLAN_<rank> (that rank's). Steps: ``cN`` a contextual call of size N; ``cN*k`` k of them; ``cN!`` one whose
-    summary line (after its last exchange) raises KeyboardInterrupt on a leaver (caught); ``aN`` an ``autotune``
-    call of key N (``aN!``: interrupted at its decision's line on a leaver); ``zS`` sleep S s; ``wNAME`` wait for
-    file NAME that a ``fNAME`` step of another rank makes; ``x`` end this process (the others end at their plan's
-    end without the final barrier). Each step emits what it gave."""
+    summary line (after its last exchange) raises KeyboardInterrupt on a leaver (caught); ``cN?`` one that raises it
+    on a leaver as its exchange starts to wait the grace for a peer's "left" record (``passover.settle``); ``aN``
+    an ``autotune`` call of key N (``aN!``: interrupted at its decision's line on a leaver); ``zS`` sleep S s;
+    ``wNAME`` wait for file NAME that a ``fNAME`` step of another rank makes; ``x`` end this process (the others
+    end at their plan's end without the final barrier). Each step emits what it gave."""
     import triton
     from _cases import contextual_virtual_clock, spend
     from _kernels import block_matched_increment
@@ -48,6 +49,9 @@ def plan():
                 raise KeyboardInterrupt
 
     logs.rank_log().addHandler(Interrupting())
+    package_log = logging.getLogger("triton_dist_tune")  # (the grace's line is a debug line of the package's logger)
+    package_log.addHandler(Interrupting())
+    package_log.setLevel(logging.DEBUG)
 
     add_one = block_matched_increment(spend)
 
@@ -76,12 +80,14 @@ def plan():
         if kind == "x":
             sys.stdout.flush()
             os._exit(0)
-        interrupt = rest.endswith("!")
-        rest = rest.rstrip("!")
+        interrupt, in_grace = rest.endswith("!"), rest.endswith("?")
+        rest = rest.rstrip("!?")
         n, _, k = rest.partition("*")
         for j in range(int(k or 1)):
             if interrupt and me in leavers:
                 armed[0] = "done after" if kind == "c" else "decision: config"
+            if in_grace and me in leavers:
+                armed[0] = "for its next call"
             t0 = time.monotonic()
             try:
                 value = (runs if kind == "c" else plain)(torch.zeros(int(n)))

@@ -90,6 +90,7 @@ class LeavingChannel(Group):
             self._out_at = None  # (a new record: an older one's step is no longer this rank's to meet)
             held = self._seq
             seq = self._seq = self._sent = held + (self._sent == held)
+            gathering = self.rank == 0 and seq == held  # (rank 0 left the exchange it gathers: its result unwritten)
             if self._promised_at == held:  # its peers go on to that exchange on its word: it is in the turn there
                 held = seq
         self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
@@ -99,6 +100,8 @@ class LeavingChannel(Group):
         record = passover.record(text, held)
         try:
             with store_silence.answering(self.store, store_silence.tuner_timeout()):
+                if gathering:  # a peer's record there is settled: that exchange ends with this rank's, not void
+                    passover.count_out(self.store, [self._key(seq, r) for r in range(1, self.size)], self._what)
                 self.store.set(key, record)
             self._back = (key, record)
         except Exception as exc:  # the store is gone: the peers' waits say so

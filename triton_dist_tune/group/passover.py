@@ -108,6 +108,9 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> byt
     store, global_rank, out = group.store, group.global_ranks[rank], _settled(left, OUT, group._what)
     past = group.turn_began() >= left.held
     deadline = until if past else 0.0
+    if past:
+        log.debug("triton_dist_tune: group rank %d's 'left' record %s: waiting up to %.1f s for its next call", rank,
+                  key, max(0.0, deadline - time.monotonic()))
     try:
         while past and not _ended(store, left, global_rank):
             now = time.monotonic()
@@ -122,6 +125,27 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> byt
         log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
         return out
     return found if past and settled_as(found) == BACK else out
+
+
+def count_out(store: Any, keys: list[str], at: str) -> None:
+    """Group rank 0 leaves an exchange whose result it has not written (:meth:`.leaving.LeavingChannel.leave`): each
+    unsettled "left" record among its peers' parts ``keys`` settled ``out`` at step ``at`` (where it is a step made
+    once, the rank that left it raises there when it comes back, as its peers did). The exchange is not void: rank
+    0's own record is its result, and the peers that read it raise ``RankFailedError`` and count it. Before, such a
+    record stayed unsettled (rank 0 was inside its grace for it), the rank that wrote it set it ``back`` at its next
+    call and made that step again at the next number, where its peers made their next one: 3 gloo ranks, a
+    ``contextual_autotune`` agreement at call N against their agreement at call N + ``sync_every`` (``ExchangeError``
+    on every rank, then a wait of ``T``; found by ``chaos.py --faults interrupt``, seed 9696). Best effort: a rank
+    that set its record ``back`` first keeps it (the compare-and-set fails)."""
+    for key in keys:
+        try:
+            payload = peek(store, key)
+            left = unsettled(payload) if payload is not None else None
+            if left is not None:
+                store.compare_set(key, payload, _settled(left, OUT, at))
+        except Exception as exc:
+            log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
+            return
 
 
 def settled_as(payload: bytes) -> str:
