@@ -407,6 +407,23 @@ def test_a_rank_0_interrupted_in_its_grace_for_a_peers_record_counts_that_peer_o
     assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_0_interrupted_in_its_grace_after_the_peer_came_back_leaves_at_the_exchange_made_again(tmp_path):
+    """As above, but rank 1 calls again once rank 0's grace has begun, and sets its record back before rank 0's
+    interruption comes (between two of rank 0's looks at it): the exchange is void on every rank, made again at the
+    next number, where rank 0's record now lies. Every rank raises at call 2 and calls 3 and 4 go on without error.
+    Before: rank 0's record lay at the void exchange; rank 2 raised there, rank 1 made its agreement at call 2 at the
+    next number, where rank 0's call again made its agreement at call 4 (ExchangeError on every rank, then T)."""
+    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1", "SYNC_EVERY": "2", "PLAN_0": "c64,c64?,c64*2",
+           "PLAN_1": "c64!,win_grace,c64*3", "PLAN_2": "c64*4", "GRACE_UNTIL": "back", "MARK_BACK": "back"}
+    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(1, 1)]["error"] == "KeyboardInterrupt" and calls[(0, 2)]["error"] == "KeyboardInterrupt", calls
+    assert calls[(1, 2)]["error"] == calls[(2, 2)]["error"] == "RankFailedError", calls
+    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
+
+
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(("r2_at", "delay"), [("", "4"), ("round 1", "4"), ("round 1", "0")])
 def test_two_ranks_leaving_a_tuning_at_different_exchanges_end_the_next_calls_alike(tmp_path, r2_at, delay):

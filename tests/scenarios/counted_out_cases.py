@@ -15,6 +15,9 @@ from _cases import case, emit, main, waited_for
 
 import triton_dist_tune as tdt
 
+#: the start of the debug line of a grace for a peer's "left" record (``passover.settle``)
+IN_GRACE = "for its next call"
+
 
 @case
 def plan():
@@ -24,7 +27,9 @@ def plan():
     on a leaver as its exchange starts to wait the grace for a peer's "left" record (``passover.settle``); ``aN``
     an ``autotune`` call of key N (``aN!``: interrupted at its decision's line on a leaver); ``zS`` sleep S s;
     ``wNAME`` wait for file NAME that a ``fNAME`` step of another rank makes; ``x`` end this process (the others
-    end at their plan's end without the final barrier). Each step emits what it gave."""
+    end at their plan's end without the final barrier). Each step emits what it gave. ``GRACE_UNTIL``: a ``cN?``
+    rank makes file ``in_grace`` as its grace starts and is interrupted once file GRACE_UNTIL exists; ``MARK_BACK``:
+    a rank makes that file once its "left" record is set back (its next call came)."""
     import triton
     from _cases import contextual_virtual_clock, spend
     from _kernels import block_matched_increment
@@ -44,7 +49,12 @@ def plan():
     class Interrupting(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             text = record.getMessage()
+            if os.environ.get("MARK_BACK") and text.endswith(" is back"):  # (this rank's "left" record: set back)
+                open(os.path.join(folder, os.environ["MARK_BACK"]), "w").close()
             if armed[0] and armed[0] in text:
+                if armed[0] == IN_GRACE and os.environ.get("GRACE_UNTIL"):  # (the interruption comes later in it)
+                    open(os.path.join(folder, "in_grace"), "w").close()
+                    waited_for([os.path.join(folder, os.environ["GRACE_UNTIL"])], 60)
                 armed[0] = ""
                 raise KeyboardInterrupt
 
@@ -87,7 +97,7 @@ def plan():
             if interrupt and me in leavers:
                 armed[0] = "done after" if kind == "c" else "decision: config"
             if in_grace and me in leavers:
-                armed[0] = "for its next call"
+                armed[0] = IN_GRACE
             t0 = time.monotonic()
             try:
                 value = (runs if kind == "c" else plain)(torch.zeros(int(n)))

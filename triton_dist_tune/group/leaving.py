@@ -93,15 +93,19 @@ class LeavingChannel(Group):
             gathering = self.rank == 0 and seq == held  # (rank 0 left the exchange it gathers: its result unwritten)
             if self._promised_at == held:  # its peers go on to that exchange on its word: it is in the turn there
                 held = seq
-        self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
-            self._told, None
+        self._left, told, self._told = interruption, self._told, None
         text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
                             told.describe() if told is not None and told.interrupted else None)
-        record = passover.record(text, held)
         try:
             with store_silence.answering(self.store, store_silence.tuner_timeout()):
                 if gathering:  # a peer's record there is settled: that exchange ends with this rank's, not void
-                    passover.count_out(self.store, [self._key(seq, r) for r in range(1, self.size)], self._what)
+                    back = passover.count_out(self.store, [self._key(seq, r) for r in range(1, self.size)],
+                                              self._what)
+                    if back is not None:  # (that peer came back first: void on every rank, its result says so)
+                        self.store.set(self._key(seq, "all"), back)
+                        with self._lock:
+                            held = seq = self._seq = self._sent = seq + 1  # (where every rank makes the step again)
+                key, record = self._key(seq, "all" if self.rank == 0 else self.rank), passover.record(text, held)
                 self.store.set(key, record)
             self._back = (key, record)
         except Exception as exc:  # the store is gone: the peers' waits say so

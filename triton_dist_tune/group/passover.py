@@ -127,7 +127,7 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> byt
     return found if past and settled_as(found) == BACK else out
 
 
-def count_out(store: Any, keys: list[str], at: str) -> None:
+def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
     """Group rank 0 leaves an exchange whose result it has not written (:meth:`.leaving.LeavingChannel.leave`): each
     unsettled "left" record among its peers' parts ``keys`` settled ``out`` at step ``at`` (where it is a step made
     once, the rank that left it raises there when it comes back, as its peers did). The exchange is not void: rank
@@ -135,17 +135,32 @@ def count_out(store: Any, keys: list[str], at: str) -> None:
     record stayed unsettled (rank 0 was inside its grace for it), the rank that wrote it set it ``back`` at its next
     call and made that step again at the next number, where its peers made their next one: 3 gloo ranks, a
     ``contextual_autotune`` agreement at call N against their agreement at call N + ``sync_every`` (``ExchangeError``
-    on every rank, then a wait of ``T``; found by ``chaos.py --faults interrupt``, seed 9696). Best effort: a rank
-    that set its record ``back`` first keeps it (the compare-and-set fails)."""
+    on every rank, then a wait of ``T``; found by ``chaos.py --faults interrupt``, seed 9696). Returns a record
+    found settled ``back`` (its rank came back first, and makes that step again at the next number: the exchange is
+    void on every rank, and nothing is settled), else None. Best effort."""
+    found: dict[str, bytes] = {}
     for key in keys:
         try:
             payload = peek(store, key)
-            left = unsettled(payload) if payload is not None else None
-            if left is not None:
-                store.compare_set(key, payload, _settled(left, OUT, at))
+        except Exception as exc:
+            log.debug("triton_dist_tune: could not read the part %s: %s", key, exc)
+            return None
+        if payload is not None and b'"left":true' in payload:
+            if settled_as(payload) == BACK:
+                return payload
+            found[key] = payload
+    for key, payload in found.items():
+        left = unsettled(payload)
+        if left is None:
+            continue
+        try:
+            now = bytes(store.compare_set(key, payload, _settled(left, OUT, at)))
         except Exception as exc:
             log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
-            return
+            return None
+        if settled_as(now) == BACK:  # (its rank came back between the read and the compare-and-set)
+            return now
+    return None
 
 
 def settled_as(payload: bytes) -> str:
