@@ -136,6 +136,36 @@ def waited_for(paths: list[str] | list[os.PathLike], seconds: float = 60) -> boo
     return True
 
 
+def store_gone(seconds: float = 60) -> bool:
+    """Whether the job's store (``$MASTER_ADDR:$MASTER_PORT``) refuses connections, waiting for it at most
+    ``seconds``: its host, rank 0, has ended (not merely said it would: a loaded machine takes its time to end)."""
+    import socket
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), timeout=1).close()
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def process_stopped(pid: int, seconds: float = 60) -> bool:
+    """Whether process ``pid`` is stopped (state ``T`` in ``/proc``: its own SIGSTOP has landed), waiting for it at
+    most ``seconds``: a file it wrote just before ``os.kill(os.getpid(), SIGSTOP)`` says only that it is about to."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # gone: it will never be seen stopped
+            return False
+        if stat[stat.rindex(")") + 2:].startswith(("T", "t")):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def pid_marker(marker: Path) -> None:
     """Write this process's pid at ``marker`` at once (through a temporary file of its own: ranks may write theirs at
     once), for a test that signals the process there (``harness.stopping_at``, ``stopping_together``)."""

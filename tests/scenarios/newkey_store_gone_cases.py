@@ -4,26 +4,13 @@
 from __future__ import annotations
 
 import os
-import socket
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, outcome, waited_for
+from _cases import case, emit, main, outcome, store_gone, waited_for
 
 import triton_dist_tune as tdt
-
-
-def store_gone(seconds: float = 60) -> None:
-    """Wait until the store's port refuses a connection (its host, rank 0, has ended), at most ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), timeout=1).close()
-        except OSError:
-            return
-        time.sleep(0.05)
 
 
 @case
