@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, outcome, pid_marker, spend, stopped_then_on, virtual_clock
+from _cases import case, emit, main, outcome, pid_marker, spend, stopped_then_on, store_gone, virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.errors import GroupTimeoutError
@@ -178,8 +178,9 @@ def campaign_stuck_unit():
     code the tuner has no deadline for (STUCK_IN: ``build``, its build of its key's call, or ``ref_prog``), after
     writing when to STUCK_AT; its process stays alive and its beat thread runs. Rank 0 (a fast key) waits at the
     round and must end with a GroupTimeoutError naming rank 1 as stuck there (the test then kills rank 1). With
-    STUCK_FOR, rank 1 comes back after that many seconds, or 1 s after rank 0 has written ENDED_AT as it ends
-    (whichever is first), when rank 0 has ended: it must end with a GroupTimeoutError too."""
+    STUCK_FOR, rank 1 comes back after that many seconds, or once rank 0 has ended (whichever is first): once rank
+    0 has written ENDED_AT as it ends and the store's port refuses connections (a fixed second after ENDED_AT let a
+    loaded rank 0 still be there), it must end with a GroupTimeoutError too."""
     tdt.init_distributed(backend="gloo")
     rank = dist.get_rank()
     where = os.environ["STUCK_IN"]
@@ -191,8 +192,8 @@ def campaign_stuck_unit():
         ended = Path(os.environ.get("ENDED_AT", "/nonexistent/ended_at"))  # rank 0 writes it as it ends
         while time.monotonic() < until and not ended.exists():
             time.sleep(0.2)
-        if ended.exists():
-            time.sleep(1.0)  # rank 0's process, and the key-value store it hosts, end right after it writes it
+        if ended.exists():  # rank 0 writes it just before its os._exit: back once its store is gone with it
+            store_gone()
 
     def make(n: int) -> torch.Tensor:
         builds[n] += 1
