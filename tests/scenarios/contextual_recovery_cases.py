@@ -22,9 +22,11 @@ rank made them) and sleeps [5, 80, 400] ms, the same on every rank: config 0 win
 - ``stopped``: in run 2 rank 1 writes its pid after its launch of config 1; the test stops it there (SIGSTOP) and
   continues it; it goes on 1.5 s later; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
-  sleeps 1.5 s before its launch, writes the time to ``$FAULT_DIR/killed.attempt<n>``, then is SIGKILLed; rank 0
-  has launched config 1 and waits at the exchange that ends the run, where torchrun's SIGTERM reaches it. Rank 0
-  reports how long its call lasted (``seconds``) and when it ended (``ended``, the same clock as the file's).
+  waits before its launch until rank 0 has launched config 1 (a file rank 0 writes after its launch: a fixed 1.5 s
+  once stood in for it, which a loaded rank 0 could outlast), writes the time to ``$FAULT_DIR/killed.attempt<n>``,
+  then is SIGKILLed; rank 0 goes on to the exchange that ends the run, where torchrun's SIGTERM reaches it
+  (``KILL_RANKS`` may name rank 0 instead: then the roles swap). The waiting rank reports how long its call lasted
+  (``seconds``) and when it ended (``ended``, the same clock as the file's).
 - ``two_groups``: 4 ranks, groups A = [2, 3] and B = [0, 1] tune the same kernel and key. Config 1 raises on
   A's ranks (journaled failed), then A's ranks are SIGKILLed inside config 2; only then B tunes.
 - ``closing_read_back``: 3 configs on the virtual clock (:func:`closing_ms`), ``n_repeat=3``: config 2 leaves the
@@ -50,7 +52,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, contextual_virtual_clock, emit, main, spend, stopped_then_on  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, spend, stopped_then_on, waited_for  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -318,13 +320,20 @@ def restarted():
     ranks = os.environ.get("KILL_RANKS", ",".join("1" * len(attempts))).split(",")  # one per attempt killed in
     killed = dict(zip(attempts, ranks, strict=True))
 
+    def launched(rank: int) -> Path:
+        return faults() / f"launched.attempt{attempt}.rank{rank}"
+
     def before(run):
         if run == 2 and killed.get(attempt) == str(me):
-            time.sleep(1.5)  # rank 0 is at the exchange that ends the run by now
+            waited_for([launched(1 - me)])  # the other rank has launched config 1: next, the exchange ending the run
             (faults() / f"killed.attempt{attempt}").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
 
-    layer = layer_on(None, before)
+    def after(run):
+        if run == 2 and killed.get(attempt) == str(1 - me):
+            launched(me).touch()
+
+    layer = layer_on(None, before, after)
     x = torch.arange(64, dtype=torch.float32)
     started = time.monotonic()
     try:
