@@ -163,7 +163,7 @@ def test_groups_of_the_same_ranks_created_in_one_order_are_tuned_early_rank_or_l
 
 @pytest.mark.timeout(150)
 def test_a_rank_stopped_as_its_first_wait_ends_with_its_name_still_up_is_waited_for_at_another_group(tmp_path):
-    # rank 1 waited 3 s at group '1''s first exchange (writing its name there) and is stopped (SIGSTOP, 12 s) as
+    # rank 1 waited at group '1''s first exchange until it wrote its name there and is stopped (SIGSTOP, 12 s) as
     # that wait ends, before it deletes its key; the call ends there on both ranks (rank 1's key_fn raises), and rank
     # 0 waits for rank 1 at group '2', reading rank 1's key naming '1'. The keys that wait waited for are all in the
     # store (rank 1 met rank 0 there): it is waited for, and both tune group '2' once rank 1 goes on. Before: rank 0

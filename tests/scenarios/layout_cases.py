@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, waited_for
 
 import triton_dist_tune as tdt
 
@@ -219,9 +219,11 @@ def groups_tuned_from_two_threads_in_other_orders():
 
 @case
 def groups_in_one_order_a_rank_stopped_as_its_first_wait_ends():
-    """2 ranks, two groups of both ranks created in one order. Rank 1 waits at the first group's first exchange 3 s
-    for rank 0 (so it writes its name of that group, 2 s into the wait), and stops (SIGSTOP, after writing its pid
-    at ``$FAULT_DIR/stop-me.rank1``: the test continues it) as that wait ends, before it deletes its key. That call
+    """2 ranks, two groups of both ranks created in one order. Rank 1 waits at the first group's first exchange for
+    rank 0 until it has written its name of that group (2 s into the wait; a file ``$FAULT_DIR/named.rank1`` says so,
+    which rank 0 waits for: a fixed 3 s before once stood in for it, which a loaded rank 1, slow to come to its
+    wait, could outlast), and stops (SIGSTOP, after writing its pid at ``$FAULT_DIR/stop-me.rank1``: the test
+    continues it) as that wait ends, before it deletes its key. That call
     ends on both ranks at its first exchange (rank 1's cache_key_extra raises, rank 0's is '': a BadInputError
     on every rank there, every field alike), and
     rank 0 goes on to tune on the second group, where it waits for rank 1 past its look at rank 1's key, which
@@ -234,8 +236,15 @@ def groups_in_one_order_a_rank_stopped_as_its_first_wait_ends():
     tdt.init_distributed()
     me = dist.get_rank()
     first, second = dist.new_group([0, 1]), dist.new_group([0, 1])
+    named = Path(os.environ["FAULT_DIR"]) / "named.rank1"
     if me == 1:
-        real, marker = names.Names.close, Path(os.environ["FAULT_DIR"]) / "stop-me.rank1"
+        real, marker, look = names.Names.close, Path(os.environ["FAULT_DIR"]) / "stop-me.rank1", names.Names.look
+
+        def looked(self: names.Names, *args: object, **kwargs: object) -> dict[int, str]:
+            found = look(self, *args, **kwargs)
+            if self._written and not named.exists():  # its name is in the store: rank 0 may come
+                named.touch()
+            return found
 
         def close(self: names.Names) -> None:  # the wait is over, its key still up: stop here, once
             if self._written and not marker.exists():
@@ -243,9 +252,9 @@ def groups_in_one_order_a_rank_stopped_as_its_first_wait_ends():
                 os.kill(os.getpid(), signal.SIGSTOP)
             real(self)
 
-        names.Names.close = close  # type: ignore[method-assign]
+        names.Names.look, names.Names.close = looked, close  # type: ignore[method-assign]
     else:
-        time.sleep(3.0)
+        waited_for([named])
 
     def extra() -> str:
         if me == 1:
