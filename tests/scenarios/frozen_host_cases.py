@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, pid_marker, process_stopped, waited_for
 
 import triton_dist_tune as tdt
 
@@ -85,9 +85,19 @@ def frozen_host_in_a_campaign():
         os._exit(3)  # no barrier: rank 0 never comes
 
 def _freeze() -> None:
-    """Stop this process (the store's host) for good, after writing when into ``$FAULT_DIR/frozen``."""
+    """Stop this process (the store's host) for good, after writing its pid into ``$FAULT_DIR/host.pid`` and when
+    into ``$FAULT_DIR/frozen``."""
+    pid_marker(Path(os.environ["FAULT_DIR"], "host.pid"))
     Path(os.environ["FAULT_DIR"], "frozen").write_text(repr(time.time()))
     os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _host_frozen() -> None:
+    """Wait until the store's host has frozen itself (:func:`_freeze`): its ``frozen`` file written and its process
+    seen stopped in ``/proc``. (A fixed 0.2 s after the file stood in for the stop before: a loaded host could be
+    descheduled between the two, and answer the first requests of a peer that should meet it frozen.)"""
+    if waited_for([Path(os.environ["FAULT_DIR"], "frozen")]):  # (else the case goes on: its test's bounds fail)
+        process_stopped(int(Path(os.environ["FAULT_DIR"], "host.pid").read_text()))
 
 
 @case
@@ -107,14 +117,12 @@ def frozen_host_before_an_exchange():
     dist.barrier()
     if where in ("board", "watch"):  # rank 0 stops as it opens its first, rank 1 opens its own once rank 0 stopped
         owner, name = (StoreGroup, "board") if where == "board" else (RoundWatch, "start")
-        opening, frozen = getattr(owner, name), Path(os.environ["FAULT_DIR"], "frozen")
+        opening = getattr(owner, name)
 
         def freeze_then_open(*args, **kwargs):
             if me == 0:
                 _freeze()
-            while not frozen.exists():
-                time.sleep(0.05)
-            time.sleep(0.2)
+            _host_frozen()
             return opening(*args, **kwargs)
 
         setattr(owner, name, freeze_then_open if where == "board" else classmethod(
@@ -138,8 +146,8 @@ def frozen_host_before_an_exchange():
 def frozen_host_in_init():
     """Rank 0 (the store's host) stops itself inside ``init_distributed``, in its naming of the attempt:
     ``WHERE=naming``, once rank 1 has said hello (rank 1 waits for its reply); ``WHERE=connect``, at its first look,
-    before rank 1 connects (rank 1 starts 1.5 s later and connects to a host that accepts no request). Rank 1 calls
-    ``init_distributed(timeout_s=$INIT_TIMEOUT)``."""
+    before rank 1 connects (rank 1 starts once rank 0 has stopped, not 1.5 s later as before, and connects to a host
+    that accepts no request). Rank 1 calls ``init_distributed(timeout_s=$INIT_TIMEOUT)``."""
     from triton_dist_tune.group import epoch
 
     me = int(os.environ["RANK"])
@@ -153,7 +161,7 @@ def frozen_host_in_init():
 
         epoch.Naming.answer = answer_then_stop  # type: ignore[method-assign]
     elif os.environ["WHERE"] == "connect":
-        time.sleep(1.5)
+        _host_frozen()
     try:
         tdt.init_distributed(timeout_s=float(os.environ.get("INIT_TIMEOUT", "600")))
         emit(rank=me, error=None, ended=time.time())
@@ -164,13 +172,13 @@ def frozen_host_in_init():
 
 @case
 def frozen_host_at_exit():
-    """Rank 0 (the store's host) stops itself once both ranks have the group; rank 1 exits normally (its exit hook
-    counts it out in the store: ``group/exits.py``)."""
+    """Rank 0 (the store's host) stops itself once both ranks have the group; rank 1 exits normally once it has (its
+    exit hook counts it out in the store: ``group/exits.py``)."""
     tdt.init_distributed()
     dist.barrier()
     if dist.get_rank() == 0:
         _freeze()
-    time.sleep(0.5)
+    _host_frozen()
     emit(rank=1, exiting=time.time())
     sys.stdout.flush()
     sys.exit(0)  # a normal exit, its hooks run (not _cases.main's os._exit)
@@ -219,9 +227,8 @@ def frozen_host_and_a_wrong_group():
     dist.barrier()
     if me == 0 and where != "exit_healthy":
         _freeze()
-    while where != "exit_healthy" and not Path(os.environ["FAULT_DIR"], "frozen").exists():
-        time.sleep(0.05)
-    time.sleep(0.2)
+    if where != "exit_healthy":
+        _host_frozen()
     if where.startswith("exit"):
         emit(rank=me, exiting=time.time())
         sys.stdout.flush()
