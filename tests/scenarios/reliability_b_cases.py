@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, outcome, pid_marker, spend, stopped_then_on, store_gone, virtual_clock
+from _cases import case, emit, main, outcome, pid_marker, spend, stopped_then_on, store_gone, virtual_clock, waited_for
 
 import triton_dist_tune as tdt
 from triton_dist_tune.errors import GroupTimeoutError
@@ -100,20 +100,41 @@ def campaign_killed_unit():
 @case
 def campaign_paused_together():
     """Two keys, one per rank, T = 3 s (the round's window and the limit of user code with no deadline:
-    exchange_timeout(3) = 4 s): rank 0 writes its pid to ``$FAULT_DIR/stop-me.rank0`` at once and tunes its key;
-    rank 1's build of its key's tuning call (user code) sleeps 1.5 s, so that rank 0 waits at the round, then writes
-    its pid to ``stop-me.rank1`` and goes on 1.5 s after it is continued (``_cases.stopped_then_on``). The test stops
-    both together for longer than the window and continues them. Every rank must end the campaign normally."""
+    exchange_timeout(3) = 4 s): rank 0 writes its pid to ``$FAULT_DIR/stop-me.rank0`` at once and tunes its key,
+    then marks the round finished (and writes ``at-the-round.rank0``) and waits there; rank 1 begins its key's tuning
+    only then (it waits for that file outside user code, beating), and its build of the tuning call (user code)
+    writes its pid to ``stop-me.rank1`` and goes on 1.5 s after it is continued (``_cases.stopped_then_on``). The
+    test stops both together for longer than the window and continues them. Every rank must end the campaign
+    normally. (Before, rank 1's build slept 1.5 s, so that rank 0 would be at the round by then: a loaded rank 0
+    could still be tuning its key; a wait inside the build would count against the user code's 4 s.)"""
+    from triton_dist_tune.faults.progress import RoundWatch
+    from triton_dist_tune.function import campaign
+
     tdt.init_distributed(backend="gloo")
     rank = dist.get_rank()
     folder, builds = Path(os.environ["FAULT_DIR"]), Counter()
+    at_the_round = folder / "at-the-round.rank0"
     if rank == 0:
         pid_marker(folder / "stop-me.rank0")
+        finished = RoundWatch.finished
+
+        def finishing(self: RoundWatch, round_: int) -> None:
+            finished(self, round_)
+            at_the_round.touch()
+
+        RoundWatch.finished = finishing  # type: ignore[method-assign]
+    else:
+        tune_one = campaign._tune_one
+
+        def once_rank_0_waits(*args: object, **kwargs: object) -> object:
+            waited_for([at_the_round])
+            return tune_one(*args, **kwargs)
+
+        campaign._tune_one = once_rank_0_waits
 
     def make(n: int) -> torch.Tensor:
         builds[n] += 1
         if n == SLOW_KEY and builds[n] == 2:  # the tuning's own build (the first one only computes the key)
-            time.sleep(1.5)
             stopped_then_on(folder / "stop-me.rank1")
         return torch.ones(n)
 
