@@ -101,7 +101,7 @@ class LeavingChannel(Group):
                 if gathering:  # a peer's record there is settled: that exchange ends with this rank's, not void
                     back = passover.count_out(self.store, [self._key(seq, r) for r in range(1, self.size)],
                                               self._what)
-                    if back is not None:  # (that peer came back first: void on every rank, its result says so)
+                    if back is not None:  # (that peer came back first: its record is the result)
                         self.store.set(self._key(seq, "all"), back)
                         with self._lock:
                             held = seq = self._seq = self._sent = seq + 1  # (where every rank makes the step again)

@@ -137,7 +137,8 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
     ``contextual_autotune`` agreement at call N against their agreement at call N + ``sync_every`` (``ExchangeError``
     on every rank, then a wait of ``T``; found by ``chaos.py --faults interrupt``, seed 9696). Returns a record
     found settled ``back`` (its rank came back first, and makes that step again at the next number: the exchange is
-    void on every rank, and nothing is settled), else None. Best effort."""
+    void for the peers past its turn, and nothing more is settled), else None. Best effort; a record settled ``out``
+    here before another is found ``back`` stays ``out`` (docs/fault-tolerance.md: two leavers at one exchange)."""
     found: dict[str, bytes] = {}
     for key in keys:
         try:
