@@ -388,6 +388,19 @@ def test_a_contextual_rank_0_back_past_the_grace_leaves_its_record_to_a_slower_p
     assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
 
 
+def rank_0_left_its_gather(tmp_path, plans: dict[str, str]) -> None:
+    """3 ranks of ``counted_out_cases.py`` (sync_every=2, ranks 0 and 1 leavers, rank 2 calling 4 times) with rank 0's
+    and rank 1's ``plans``: rank 1 left call 1, rank 0 its gather of the agreement at call 2; every rank raises at
+    call 2 (rank 0 its interruption, ranks 1 and 2 RankFailedError), calls 3 and 4 run without error on every rank."""
+    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1", "SYNC_EVERY": "2", "PLAN_2": "c64*4", **plans}
+    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(1, 1)]["error"] == "KeyboardInterrupt" and calls[(0, 2)]["error"] == "KeyboardInterrupt", calls
+    assert calls[(1, 2)]["error"] == calls[(2, 2)]["error"] == "RankFailedError", calls
+    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
+
+
 @pytest.mark.timeout(120)
 def test_a_rank_0_interrupted_in_its_grace_for_a_peers_record_counts_that_peer_out_at_the_same_agreement(tmp_path):
     """3 ranks, sync_every=2 (found by ``chaos.py --faults interrupt``, seed 9696, job seed 378580353): rank 1 is
@@ -397,31 +410,19 @@ def test_a_rank_0_interrupted_in_its_grace_for_a_peers_record_counts_that_peer_o
     2 RankFailedError), and calls 3 and 4 go on without error on every rank. Before: rank 1's record stayed
     unsettled, rank 1 set it back and made its agreement at call 2 at the next number, where ranks 0 and 2 made
     their agreement at call 4: ExchangeError on all three, and rank 1 then waited T at its own call 4."""
-    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1", "SYNC_EVERY": "2", "PLAN_0": "c64,c64?,fleft0,c64*2",
-           "PLAN_1": "c64!,wleft0,c64*3", "PLAN_2": "c64*4"}
-    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
-    assert calls[(1, 1)]["error"] == "KeyboardInterrupt" and calls[(0, 2)]["error"] == "KeyboardInterrupt", calls
-    assert calls[(1, 2)]["error"] == calls[(2, 2)]["error"] == "RankFailedError", calls
-    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
+    rank_0_left_its_gather(tmp_path, {"PLAN_0": "c64,c64?,fleft0,c64*2", "PLAN_1": "c64!,wleft0,c64*3"})
 
 
 @pytest.mark.timeout(120)
 def test_a_rank_0_interrupted_in_its_grace_after_the_peer_came_back_leaves_at_the_exchange_made_again(tmp_path):
     """As above, but rank 1 calls again once rank 0's grace has begun, and sets its record back before rank 0's
-    interruption comes (between two of rank 0's looks at it): the exchange is void on every rank, made again at the
-    next number, where rank 0's record now lies. Every rank raises at call 2 and calls 3 and 4 go on without error.
-    Before: rank 0's record lay at the void exchange; rank 2 raised there, rank 1 made its agreement at call 2 at the
-    next number, where rank 0's call again made its agreement at call 4 (ExchangeError on every rank, then T)."""
-    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1", "SYNC_EVERY": "2", "PLAN_0": "c64,c64?,c64*2",
-           "PLAN_1": "c64!,win_grace,c64*3", "PLAN_2": "c64*4", "GRACE_UNTIL": "back", "MARK_BACK": "back"}
-    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
-    assert calls[(1, 1)]["error"] == "KeyboardInterrupt" and calls[(0, 2)]["error"] == "KeyboardInterrupt", calls
-    assert calls[(1, 2)]["error"] == calls[(2, 2)]["error"] == "RankFailedError", calls
-    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in (3, 4)), calls
+    interruption comes (between two of rank 0's looks at it): rank 0 writes that record as the exchange's result
+    (rank 2, past rank 1's turn, makes the step again at the next number), where rank 0's record now lies. Every
+    rank raises at call 2 and calls 3 and 4 go on without error. Before: rank 0's record lay at the void exchange;
+    rank 2 raised there, rank 1 made its agreement at call 2 at the next number, where rank 0's call again made its
+    agreement at call 4 (ExchangeError on every rank, then T)."""
+    rank_0_left_its_gather(tmp_path, {"PLAN_0": "c64,c64?,c64*2", "PLAN_1": "c64!,win_grace,c64*3",
+                                      "GRACE_UNTIL": "back", "MARK_BACK": "back"})
 
 
 @pytest.mark.timeout(150)

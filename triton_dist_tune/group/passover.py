@@ -139,21 +139,19 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
     found settled ``back`` (its rank came back first, and makes that step again at the next number: the exchange is
     void for the peers past its turn, and nothing more is settled), else None. Best effort; a record settled ``out``
     here before another is found ``back`` stays ``out`` (docs/fault-tolerance.md: two leavers at one exchange)."""
-    found: dict[str, bytes] = {}
+    found: dict[str, tuple[bytes, Failed]] = {}
     for key in keys:
         try:
             payload = peek(store, key)
         except Exception as exc:
             log.debug("triton_dist_tune: could not read the part %s: %s", key, exc)
             return None
-        if payload is not None and b'"left":true' in payload:
-            if settled_as(payload) == BACK:
-                return payload
-            found[key] = payload
-    for key, payload in found.items():
-        left = unsettled(payload)
-        if left is None:
-            continue
+        if payload is not None and settled_as(payload) == BACK:
+            return payload
+        left = unsettled(payload) if payload is not None else None
+        if left is not None:
+            found[key] = (payload, left)
+    for key, (payload, left) in found.items():
         try:
             now = bytes(store.compare_set(key, payload, _settled(left, OUT, at)))
         except Exception as exc:
