@@ -447,3 +447,48 @@ def test_two_ranks_leaving_a_tuning_at_different_exchanges_end_the_next_calls_al
         assert all(e["error"] is None and e["value"] == each[0]["value"] and e["seconds"] < PROMPT_S for e in each), \
             each
     assert all(said[(r, "decided")]["keys"] == [8, 16] for r in range(3)), describe(results)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("back_first", [1, 2])
+def test_two_ranks_left_at_one_exchange_one_back_and_one_counted_out_raise_at_that_step_on_every_rank(
+        tmp_path, back_first):
+    """3 ranks, sync_every=2: ranks 1 and 2 are interrupted at the summary line of the group's first contextual
+    call, both "left" records at the agreement at call 2; rank ``back_first`` calls again at once (its record set
+    back within rank 0's grace), the other 9 s later (counted out). Every rank raises RankFailedError at call 2 (the
+    late rank counted out there), and calls 3 to 6 go on without error on every rank. Before (found by the closing
+    review of the eighty-sixth session): the exchange was void for rank 0 (the first record in rank order decided),
+    the late rank raised at call 2 alone, and its later agreements met its peers' earlier ones (ExchangeError, then
+    a wait of T)."""
+    late = 3 - back_first
+    env = {**tuner_env(tmp_path, 20), "LEAVER": "1,2", "SYNC_EVERY": "2", "PLAN_0": "c64*6",
+           f"PLAN_{back_first}": "c64!,c64*5", f"PLAN_{late}": "c64!,z9,c64*5"}
+    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(1, 1)]["error"] == calls[(2, 1)]["error"] == "KeyboardInterrupt", calls
+    assert all(calls[(r, 2)]["error"] == "RankFailedError" for r in range(3)), calls
+    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in range(3, 7)), calls
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_0_interrupted_in_its_gather_that_counts_one_peer_out_before_the_other_comes_back_ends_it_alike(
+        tmp_path):
+    """3 ranks, sync_every=2: ranks 1 and 2 are interrupted at the summary line of the group's first contextual
+    call, both "left" records at the agreement at call 2; group rank 0, gathering it, is interrupted inside its grace
+    and, leaving, reads both records unsettled; rank 2 comes back between that read and rank 0's compare-and-set of
+    its record (held there), after rank 1's was settled out; rank 1 calls again 9 s later. Every rank raises at call
+    2 (rank 0 its interruption, ranks 1 and 2 RankFailedError), and calls 3 to 6 go on without error. Before: rank 0
+    wrote rank 2's record, found back, as the exchange's result and its own at the next number, where rank 2 raised;
+    rank 1, counted out, raised at call 2 writing nothing, one exchange behind its peers for good (ExchangeError at
+    call 4, then T)."""
+    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1,2", "SYNC_EVERY": "2", "PLAN_0": "c64,c64?,c64*4",
+           "PLAN_1": "c64!,z9,c64*5", "PLAN_2": "c64!,wpeeked,c64*5", "HOLD_AT": "leaves its gather at",
+           "HOLD_MARK": "peeked", "HOLD_UNTIL": "back", "MARK_BACK": "back"}
+    results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(1, 1)]["error"] == calls[(2, 1)]["error"] == "KeyboardInterrupt", calls
+    assert [calls[(r, 2)]["error"] for r in range(3)] == ["KeyboardInterrupt", "RankFailedError", "RankFailedError"], \
+        calls
+    assert all(calls[(r, c)]["error"] is None for r in range(3) for c in range(3, 7)), calls

@@ -32,7 +32,7 @@ def agree(tuner: TunerState, group: Group, calls: int) -> bool:
         mine = sorted({tid for tid, _ in pending.values()})
     step = f"{tuner.options.label} agreement at call {calls}"
     with calling(tuner.options.name):
-        group.raise_if_counted_out(step)  # made once: where the peers counted this rank out here, as they did
+        group.raise_if_counted_out(step, tuner.options.timeout)  # made once: where its peers raised here without it
         with result_kept_if_interrupted(  # (its message written: the peers applied it; read at the next call)
                 group, lambda late: _agreed(tuner, group, calls, late, " (read at this rank's next call)"),
                 lambda: tuner.left_unread(group)):

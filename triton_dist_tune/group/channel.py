@@ -153,11 +153,13 @@ class Group:
         never does (an MPI channel's interrupted wait marks it broken)."""
         return False
 
-    def raise_if_counted_out(self, what: str) -> None:
+    def raise_if_counted_out(self, what: str, timeout: float | None = None) -> None:
         """Before a step made once, at a point every rank reaches alike (``what``: a ``contextual_autotune``
-        agreement at call N, which no caller makes again): where this rank left its last call and its peers, past
-        their grace, counted it out at this very step (they raised ``RankFailedError`` there), raise it here too,
-        writing nothing, so that the ranks' next steps pair (:mod:`.passover`). This base has no such record."""
+        agreement at call N, which no caller makes again): where this rank left its last call and its peers raised
+        ``RankFailedError`` at this very step without it (they counted it out there past their grace, or another
+        rank that left with it), raise it here too, writing nothing, so that the ranks' next steps pair
+        (:mod:`.passover`; ``timeout``: the step's deadline, for a read it may wait for). This base has no such
+        record."""
 
     def has_unread(self) -> bool:
         """Whether :meth:`keep_unread` left a result to read (no store request)."""

@@ -19,14 +19,24 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import passover, store_silence
-from .channel import STEP_QUOTE, FailureReport, Group
+from . import codec, passover, store_silence
+from .channel import STEP_QUOTE, Failed, FailureReport, Group, default_timeout
+from .messages import Message, step_print
 from .store_texts import left_message
 
 log = logging.getLogger("triton_dist_tune")
+
+
+class LeftRecord(NamedTuple):
+    """This rank's "left" record, to settle at its next exchange: its key, what it wrote there, and the exchange it
+    lies at."""
+
+    key: str
+    payload: bytes
+    seq: int
 
 
 class LeavingChannel(Group):
@@ -44,16 +54,17 @@ class LeavingChannel(Group):
         super().__init__()
         self._left: BaseException | None = None  #: the interruption this rank left the group's exchanges by
         self._told: FailureReport | None = None  #: this rank's last report on a board of the group
-        self._back: tuple[str, bytes] | None = None  #: this rank's "left" record, to settle at its next exchange
+        self._back: LeftRecord | None = None  #: this rank's "left" record, to settle at its next exchange
         #: the last exchange begun, where this rank wrote its message (group rank 0: the result) and waits for the
         #: result, or read it (sequence number, step, timeout: an interruption after the write, in the wait or after
         #: it, leaves it to :meth:`keep_unread`); and the one kept to read at the next call, with what to do with it
         self._awaited: tuple[int, str, float] | None = None
         self._to_read: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
         self._promised_at: int | None = None  #: the exchanges begun at this rank's promise of its next one
-        #: the step at which its peers counted this rank out (its "left" record settled ``out`` there, a made-once
-        #: step: :meth:`raise_if_counted_out`), found by the compare-and-set of its next exchange, which was another
-        #: step; and the record's text
+        #: the step (its :func:`.messages.step_print`) at which this rank's peers raised while it was away (they
+        #: counted it out there, or the exchange its "left" record lay at ended with another rank's error: a
+        #: made-once step, :meth:`raise_if_counted_out`), found as its next exchange came back (:meth:`come_back`);
+        #: and the error to raise there
         self._out_at: tuple[str, str] | None = None
 
     def promise_next_exchange(self, promised: bool = True) -> None:
@@ -105,9 +116,10 @@ class LeavingChannel(Group):
                         self.store.set(self._key(seq, "all"), back)
                         with self._lock:
                             held = seq = self._seq = self._sent = seq + 1  # (where every rank makes the step again)
-                key, record = self._key(seq, "all" if self.rank == 0 else self.rank), passover.record(text, held)
+                key = self._key(seq, "all" if self.rank == 0 else self.rank)
+                record = passover.record(text, held, self._what if gathering else "")
                 self.store.set(key, record)
-            self._back = (key, record)
+            self._back = LeftRecord(key, record, seq)
         except Exception as exc:  # the store is gone: the peers' waits say so
             log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
 
@@ -120,52 +132,70 @@ class LeavingChannel(Group):
         self._to_read = (awaited, keep)
         return True
 
-    def came_back(self, found: bytes | None) -> None:
-        """This rank's next exchange after it left read its "left" record as ``found`` (:func:`.passover.come_back`,
-        before it wrote anything there). Where its peers had counted it out, at a step made once (a contextual
-        agreement at call N: ``Failed.at``), and this exchange is another step (a plain ``autotune`` tuning, which
-        pairs with the peers' own next one), the rank keeps that step, and raises there as they did when it reaches
-        it (:meth:`raise_if_counted_out`). Before, it kept nothing: its agreement at call N met its peers' at call
-        N + ``sync_every``, and each agreement raised ``ExchangeError`` (ranks at different steps), for good."""
-        record = passover.counted_out(found) if found is not None else None
-        with self._lock:
-            self._out_at = (record.at, record.message) if record is not None and record.at else None
+    def _result_of(self, seq: int, what: str, timeout: float, started: float) -> bytes:
+        """The result group rank 0 wrote for exchange ``seq`` (at step ``what``), waited for as any result is (it
+        stays in the store until this rank writes its next message: rank 0 deletes it two exchanges on)."""
+        raise NotImplementedError
 
-    def raise_if_counted_out(self, what: str) -> None:
-        """:meth:`.channel.Group.raise_if_counted_out`: read from this rank's "left" record, which it has not come
-        back to yet, in the one compare-and-set that settles it ``back`` where no peer settled it yet (as the
-        exchange's start would: so no peer can count it out between this read and that), only where there is one;
-        or kept where an exchange of another step came back to it first (:meth:`came_back`).
-        Before, the rank's step paired with its peers' next one, at another call number: each raised
+    def come_back(self, back: LeftRecord, timeout: float | None = None) -> None:
+        """This rank's next exchange after it left, before it writes anything there: its "left" record ``back`` is
+        settled ``back`` where no peer settled it yet (:func:`.passover.come_back`), and the rank keeps the step at
+        which its peers raised while it was away, if they did, to raise there too when it reaches it (a step made
+        once, a contextual agreement at call N: :meth:`raise_if_counted_out`; a plain ``autotune`` tuning is another
+        step, which pairs with the peers' own next one):
+
+        - its peers counted it out (the record found ``out``: its ``at``). Before, it kept nothing: its agreement at
+          call N met its peers' at call N + ``sync_every``, and each agreement raised ``ExchangeError``, for good;
+        - it came back in time (a rank other than group rank 0, whose record rank 0 reads), but the exchange its
+          record lies at ended with an error on every peer all the same: another rank's record there counted out, an
+          error (:func:`.messages.combine_payloads`), or rank 0's own record, written as it left its gather there.
+          The rank reads that exchange's result first, waiting for it as for any result (``timeout``: that wait's
+          deadline; None: the default). Before, it made its step again at the next number while its peers raised
+          at this one: 3 gloo ranks, two records at one agreement, one back within the grace and one counted out
+          (``test_passover.py``, two ranks left at one exchange).
+
+        A record of group rank 0 is that exchange's result itself, which each peer settles: nothing more to read."""
+        found = passover.come_back(self.store, back.key, back.payload)
+        record = passover.counted_out(found) if found is not None else None
+        verdict = None
+        if record is not None and record.at:
+            verdict = (step_print(record.at), f"triton_dist_tune: {record.message} (its peers counted this rank out "
+                                              f"at '{record.at[:STEP_QUOTE]}' after their grace, and raised there: so "
+                                              "does this rank)")
+        elif found is not None and self.rank != 0 and passover.settled_as(found) == passover.BACK:
+            result = self._result_of(back.seq, "the result of the exchange this rank left",
+                                     default_timeout() if timeout is None else timeout, time.monotonic())
+            verdict = _ended_without(result, back.seq)
+        with self._lock:
+            self._out_at = verdict
+
+    def raise_if_counted_out(self, what: str, timeout: float | None = None) -> None:
+        """:meth:`.channel.Group.raise_if_counted_out`: read as this rank comes back from its "left" record
+        (:meth:`come_back`: the one compare-and-set that settles it ``back`` where no peer settled it yet, so no peer
+        can count it out between this read and that), or kept where an exchange of another step came back to it
+        first. Before, the rank's step paired with its peers' next one, at another call number: each raised
         ``ExchangeError`` (ranks at different steps), one step apart for good."""
         with self._lock:
-            back, out_at = self._back, self._out_at
-            if out_at is not None and out_at[0] == what:
-                self._out_at = None
-        if back is None:
-            if out_at is not None and out_at[0] == what:
-                raise RankFailedError(f"triton_dist_tune: {out_at[1]} (its peers counted this rank out at "
-                                      f"'{what[:STEP_QUOTE]}' after their grace, and raised there: so does this "
-                                      "rank)")
-            return
-        found = passover.come_back(self.store, *back)
-        record = passover.counted_out(found) if found is not None else None
-        if record is None or record.at != what:
-            return
+            back = self._back
+        if back is not None:
+            self.come_back(back, timeout)
         with self._lock:
+            out_at = self._out_at
+            if out_at is None or out_at[0] != step_print(what):
+                return
+            self._out_at = None
             if self._back is back:
                 self._back = None
         # group rank 0's record is that exchange's result, which every peer reads: one peer settled it out, but a
         # slower one may not have read it yet (before, deleted here, that peer waited T for it, and every rank T at
         # the next agreement); rank 0's own exchange two on deletes it, once every peer wrote a message after it. A
         # record of another rank is read by group rank 0 alone, which settled it: every rank is past it
-        if self.rank != 0:
+        if back is not None and self.rank != 0:
             try:
-                self.store.delete_key(back[0])
+                self.store.delete_key(back.key)
             except Exception as exc:
-                log.debug("triton_dist_tune: could not delete %s: %s", back[0], exc)
-        raise RankFailedError(f"triton_dist_tune: {record.message} (its peers counted this rank out at "
-                              f"'{what[:STEP_QUOTE]}' after their grace, and raised there: so does this rank)")
+                log.debug("triton_dist_tune: could not delete %s: %s", back.key, exc)
+        raise RankFailedError(out_at[1])
 
     def has_unread(self) -> bool:
         return self._to_read is not None
@@ -210,6 +240,27 @@ def result_kept_if_interrupted(group: Group, keep: Callable[[Any], None] | None,
         if keep is not None and not isinstance(exc, Exception) and group.keep_unread(keep, begun) and kept is not None:
             kept()
         raise
+
+
+def _ended_without(payload: bytes, seq: int) -> tuple[str, str] | None:
+    """What a rank that came back in time keeps from the result ``payload`` of exchange ``seq``, where its "left"
+    record lay (:meth:`LeavingChannel.come_back`): that step (its print) and the error to raise there, where the
+    result is an error every peer raised there (a record settled ``out``, another rank's error, group rank 0's own
+    record written as it left its gather of that exchange: every peer there was in rank 0's turn); None where the
+    exchange is void (a record set ``back``) or the result is group rank 0's record of a turn it left after that
+    turn's last exchange, not settled ``out`` (its peers settle it; nothing is known yet)."""
+    try:
+        message = codec.decode(payload)
+    except codec.BadMessage:
+        return None
+    value = message.value if isinstance(message, Message) else None
+    if not isinstance(value, Failed):
+        return None
+    if value.left and value.held < seq and value.settled != passover.OUT:
+        return None
+    step = step_print(value.at) if value.left and value.settled == passover.OUT and value.at else message.step
+    return step, (f"triton_dist_tune: {value.message} (this rank came back in time, but its peers raised that at the "
+                  "exchange its interruption left: so does this rank)")
 
 
 def _ended_there(group: LeavingChannel, seq: int, exc: Exception) -> None:

@@ -52,9 +52,14 @@ def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], 
                      reader: int = 0) -> bytes:
     """Group rank 0 (``reader``): decode every rank's message (by group rank), check that each belongs to
     ``step``, run ``fn`` on them and encode the result, or a :class:`Failed` when a message is refused, belongs
-    to another step, ``fn`` raised or its result is not plain data."""
+    to another step, ``fn`` raised or its result is not plain data. A rank's "left" record settled ``back`` (its
+    next call came: the exchange is void for the peers past its turn, :mod:`.passover`) is the result only where no
+    other message is a :class:`Failed`: one that is (another rank's record settled ``out``, an error) ends the
+    exchange on every rank, the rank that came back included (it reads that result before it writes anything:
+    :meth:`.leaving.LeavingChannel.come_back`). Before, the first in rank order was the result: with one rank back
+    and another counted out at one exchange, the peers made it again while the rank counted out raised there."""
     mine = step_print(step)
-    values, elsewhere = [], []
+    values, elsewhere, back = [], [], None
     for rank, payload in enumerate(payloads):
         try:
             message = codec.decode(payload)
@@ -64,11 +69,16 @@ def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], 
             return codec.encode(Message(mine, Failed(
                 f"the message read for group rank {rank} is refused: {exc}; a process other than the tuner wrote "
                 "under the tuner's keys of the key-value store")))
+        if isinstance(message.value, Failed) and message.value.left and message.value.settled == "back":
+            back = back or message.value
+            continue
         if isinstance(message.value, Failed):
             return codec.encode(Message(mine, message.value))
         if message.step != mine:
             elsewhere.append(rank)
         values.append(message.value)
+    if back is not None:
+        return codec.encode(Message(mine, back))
     if elsewhere:
         return codec.encode(Message(mine, Failed(steps_differ(elsewhere, step, reader))))
     result = run_on_root(fn, values)

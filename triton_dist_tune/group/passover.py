@@ -22,14 +22,16 @@ So the record's key is settled once, by compare-and-sets on it, and every rank t
 
 ``back``: each peer past the turn passes over the exchange (:class:`.channel.PassedOver`: void on every rank, made
 again at the next number, where the rank's next call is). ``out``: each raises ``RankFailedError`` with the record's
-text, as before. Either way every rank has counted that exchange, so the ranks stay at the same sequence numbers: a
-rank that calls again after the grace finds ``out``, and its exchange is the one the peers' own next call makes
-(a caller that calls again pairs with its peers' call again), but for a step made once at a point every rank reaches
-alike (a contextual agreement at call N: :meth:`.channel.Group.raise_if_counted_out`), which the record names
-(``at``): there the rank raises as its peers did, and their next steps pair. A
-record of a group rank other than 0 is read by group rank 0 alone (its gather), which sends what it settled as the
-exchange's result; a record of group rank 0 is the exchange's result, settled by each peer that reads it (the
-compare-and-set makes them agree).
+text, as before. Where records of several ranks lie at one exchange, one ``out`` (or any error there) ends it on
+every rank, and a rank whose record was set ``back`` reads that result as it comes back and raises at that step too
+(:func:`.messages.combine_payloads`, :meth:`.leaving.LeavingChannel.come_back`). Either way every rank has counted
+that exchange, so the ranks stay at the same sequence numbers: a rank that calls again after the grace finds
+``out``, and its exchange is the one the peers' own next call makes (a caller that calls again pairs with its peers'
+call again), but for a step made once at a point every rank reaches alike (a contextual agreement at call N:
+:meth:`.channel.Group.raise_if_counted_out`), which the record names (``at``): there the rank raises as its peers
+did, and their next steps pair. A record of a group rank other than 0 is read by group rank 0 alone (its gather),
+which sends what it settled as the exchange's result; a record of group rank 0 is the exchange's result, settled by
+each peer that reads it (the compare-and-set makes them agree).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 
 from . import codec, exits
 from .channel import Failed
-from .messages import Message
+from .messages import Message, step_print
 from .note import process_gone, this_process
 from .store_peek import peek
 
@@ -65,11 +67,13 @@ def grace(timeout: float) -> float:
     return min(GRACE_S, timeout / 4)
 
 
-def record(text: str, held: int) -> bytes:
-    """A rank's "left" record, unsettled: ``text`` says why, ``held`` is the last exchange it began in its turn."""
+def record(text: str, held: int, step: str = "") -> bytes:
+    """A rank's "left" record, unsettled: ``text`` says why, ``held`` is the last exchange it began in its turn;
+    ``step``: the step of the exchange it lies at, where the rank knows it (group rank 0 leaving its gather of it:
+    a rank back from its own record there reads the step it ended, :meth:`.leaving.LeavingChannel.come_back`)."""
     process = this_process()
-    return codec.encode(Message("", Failed(text, left=True, held=held,
-                                           process=tuple(process) if process is not None else None)))
+    return codec.encode(Message(step_print(step) if step else "", Failed(
+        text, left=True, held=held, process=tuple(process) if process is not None else None)))
 
 
 def unsettled(payload: bytes) -> Failed | None:
@@ -137,8 +141,12 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
     ``contextual_autotune`` agreement at call N against their agreement at call N + ``sync_every`` (``ExchangeError``
     on every rank, then a wait of ``T``; found by ``chaos.py --faults interrupt``, seed 9696). Returns a record
     found settled ``back`` (its rank came back first, and makes that step again at the next number: the exchange is
-    void for the peers past its turn, and nothing more is settled), else None. Best effort; a record settled ``out``
-    here before another is found ``back`` stays ``out`` (docs/fault-tolerance.md: two leavers at one exchange)."""
+    void for the peers past its turn, and nothing more is settled), else None: also where one is found ``back``
+    only after this settled another ``out`` (its rank came back between this one's read and its compare-and-set):
+    the ``out`` ends the exchange, as in a gather (:func:`.messages.combine_payloads`), and the rank that came back
+    reads rank 0's record as that exchange's result (:meth:`.leaving.LeavingChannel.come_back`). Before, that
+    ``back`` was the result: the exchange void for the peers, while the rank counted out raised there alone. Best
+    effort."""
     found: dict[str, tuple[bytes, Failed]] = {}
     for key in keys:
         try:
@@ -151,14 +159,19 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
         left = unsettled(payload) if payload is not None else None
         if left is not None:
             found[key] = (payload, left)
+    if found:
+        log.debug("triton_dist_tune: group rank 0 leaves its gather at '%s': settling %d peer record(s) out",
+                  at[:80], len(found))
+    counted = False
     for key, (payload, left) in found.items():
         try:
             now = bytes(store.compare_set(key, payload, _settled(left, OUT, at)))
         except Exception as exc:
             log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
             return None
-        if settled_as(now) == BACK:  # (its rank came back between the read and the compare-and-set)
+        if settled_as(now) == BACK and not counted:  # (its rank came back between the read and the compare-and-set)
             return now
+        counted = counted or settled_as(now) == OUT
     return None
 
 

@@ -32,8 +32,10 @@ from .store_texts import (
     ended_message_of,
     gone_message,
     late_message,
+    lost_store_message,
     silent_message,
     unresolved_message,
+    waited_opening,
     withdrawn_notes,
 )
 from .store_wait import Lookup, Pace, SeenFrom, keyed, quiet_store_wait, with_rank_0
@@ -145,7 +147,7 @@ class StoreGroup(LeavingChannel):
             with self._lock:
                 back, self._back = self._back, None
             if back is not None:  # this rank left its last call: its peers past that turn need not raise
-                self.came_back(passover.come_back(self.store, *back))
+                self.come_back(back, timeout)
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
                     self._seq += 1
@@ -157,7 +159,7 @@ class StoreGroup(LeavingChannel):
                     log.debug("triton_dist_tune: exchange %d of group '%s' is void: %s", seq, self.title, exc)
                     continue
                 if back is not None:  # every rank is past the exchange this rank's "left" record lies at: deleted
-                    tidy(self, back[0])
+                    tidy(self, back.key)
                 self._met = True
                 return result
 
@@ -188,15 +190,20 @@ class StoreGroup(LeavingChannel):
     def _receive(self, seq: int, what: str, timeout: float, started: float, again: bool = False) -> Any:
         """The result of exchange ``seq``, this rank's message written (``again``: read at a later call, after an
         interruption ended the wait: a "left" record of rank 0 there is raised as such, never settled)."""
-        mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        peers = arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
+        mine = self._key(seq, self.rank)
         with _undone_on_a_note(self, seq, mine):
-            self._wait([combined], what, timeout, SeenFrom(peers))
-        payload = bytes(self._request(lambda: self.store.get(combined), what, started))
+            payload = self._result_of(seq, what, timeout, started)
         if not again:
-            payload = passover.settle(self, combined, payload, 0, time.monotonic() + passover.grace(timeout))
+            payload = passover.settle(self, self._key(seq, "all"), payload, 0,
+                                      time.monotonic() + passover.grace(timeout))
         tidy(self, mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank, None if again else self.turn_began())
+
+    def _result_of(self, seq: int, what: str, timeout: float, started: float) -> bytes:
+        combined = self._key(seq, "all")
+        self._wait([combined], what, timeout, SeenFrom(arrivals(
+            self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])))
+        return bytes(self._request(lambda: self.store.get(combined), what, started))
 
     def exchanges(self) -> int:
         return self._seq
@@ -210,12 +217,7 @@ class StoreGroup(LeavingChannel):
         except (AutotuneError, BadInputError):
             raise
         except Exception as exc:
-            raise GroupTimeoutError(self._lost_message(what, time.monotonic() - started, exc)) from exc
-
-    def _lost_message(self, what: str, waited: float, exc: BaseException) -> str:
-        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
-                f"lost the key-value store after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process "
-                f"hosting it ({settings.store_host()}) {store_silence.lost_reason()}")
+            raise GroupTimeoutError(lost_store_message(self, what, time.monotonic() - started, exc)) from exc
 
     def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
         """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one
@@ -281,6 +283,9 @@ class StoreGroup(LeavingChannel):
         named = names.Names(self.name, self.global_ranks, self.rank, not self._met, keys,  # (ranks waiting elsewhere)
                             self._all_arrived)
 
+        def opening() -> str:
+            return waited_opening(self, what, f"{time.monotonic() - started:.1f}")
+
         def between_slices(waited: float) -> None:
             late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
@@ -292,29 +297,25 @@ class StoreGroup(LeavingChannel):
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     quiet, globals_ = board.quiet_s(silent), [self.global_ranks[r] for r in silent]
                     exits.given_up(globals_, f"its beat stood still for {quiet:.1f} s at '{what}'")  # (for the host)
-                    raise GroupTimeoutError(silent_message(self._waited(what, f"{time.monotonic() - started:.1f}"),
-                                                           silent, globals_, board.window or 0.0, quiet))
+                    raise GroupTimeoutError(silent_message(opening(), silent, globals_, board.window or 0.0, quiet))
             notes, ended = _keyed_notes(lookup, late, self.global_ranks,
                                         *NOTES.look(self.store, [self.global_ranks[r] for r in late], where))
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: f"{note.kind}: {note.text[:NOTE_CHARS]}" for rank, note in notes.items()}
-                message = unresolved_message(self._waited(what, f"{time.monotonic() - started:.1f}"), said)
+                message = unresolved_message(opening(), said)
                 NOTES.pass_on(notes, message, where)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
             # a late rank's process ended: it never comes (unless the keys came before it left: the next slice returns)
             if ended and not self._all_arrived(keys):
-                raise GroupTimeoutError(ended_message_of(self._waited(what, f"{time.monotonic() - started:.1f}"),
-                                                         ended))
+                raise GroupTimeoutError(ended_message_of(opening(), ended))
             gone = departures.look(late, waited)  # a late rank counted out, or its process here ended: never comes
             if gone and not self._all_arrived(keys):
-                raise GroupTimeoutError(gone_message(self._waited(what, f"{time.monotonic() - started:.1f}"), gone,
-                                                     late, self.global_ranks, timeout))
+                raise GroupTimeoutError(gone_message(opening(), gone, late, self.global_ranks, timeout))
             elsewhere = named.look(late, waited)  # a late rank waits at another group of these ranks: never comes
             elsewhere = {r: elsewhere[r] for r in lookup.confirm(list(elsewhere))} if elsewhere else {}
             if elsewhere and not self._all_arrived(keys):
                 named.leave()
-                raise BadInputError(names.named_otherwise_message(
-                    self._waited(what, f"{time.monotonic() - started:.1f}"), self.name, self.global_ranks, elsewhere))
+                raise BadInputError(names.named_otherwise_message(opening(), self.name, self.global_ranks, elsewhere))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, with_rank_0(lookup, late, rank_0_by), self.global_ranks,
@@ -339,21 +340,16 @@ class StoreGroup(LeavingChannel):
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
             if waited < 0.9 * timeout or store_silence.was_cut():  # not a timeout: the store itself went away
-                message = self._lost_message(what, waited, exc)
+                message = lost_store_message(self, what, waited, exc)
             else:
                 late = with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
-                message = late_message(self._waited(what, f"{timeout:g}"), late, self.global_ranks,
+                message = late_message(waited_opening(self, what, f"{timeout:g}"), late, self.global_ranks,
                                        None if self.title == "default" or self._seq > 1 else self.name) \
                     + withdrawn_notes(self.store, self.global_ranks, late, where)
             raise GroupTimeoutError(message) from exc
         finally:
             named.close()
             lookup.close(left)
-
-    def _waited(self, what: str, seconds: str) -> str:
-        """The opening every message of a wait that ends in an error shares: who waited, how long, where."""
-        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
-                f"waited {seconds} s at '{what}'")
 
     def _all_arrived(self, keys: list[str]) -> bool:
         """Whether every key of ``keys`` is in the store (one request; False where the store cannot say)."""

@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from . import exits
+from .. import settings
+from . import exits, store_silence
 from .note import Note, Waiter
 from .unresolved import NOTES
 
@@ -41,6 +42,20 @@ def said_as(tuner: Tuner) -> Iterator[None]:
         yield
     finally:
         _said.tuner = outer
+
+
+def waited_opening(group: Any, what: str, seconds: str) -> str:
+    """The opening every message of a wait of ``group``'s channel that ends in an error shares: who waited, how long,
+    where."""
+    return (f"triton_dist_tune: rank {group.rank} of group '{group.title}' (global ranks {group.global_ranks}) "
+            f"waited {seconds} s at '{what}'")
+
+
+def lost_store_message(group: Any, what: str, waited: float, exc: BaseException) -> str:
+    """The error of a rank of ``group``'s channel whose store request at ``what`` failed: the store's host ended."""
+    return (f"triton_dist_tune: rank {group.rank} of group '{group.title}' (global ranks {group.global_ranks}) "
+            f"lost the key-value store after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process "
+            f"hosting it ({settings.store_host()}) {store_silence.lost_reason()}")
 
 
 def late_causes() -> str:
