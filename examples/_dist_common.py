@@ -206,6 +206,15 @@ def decided_counts(tuned: Callable[..., Any]) -> tuple[int, int]:
     return len(decisions) - cached, cached
 
 
+def contextual_counts(tuned: Callable[..., Any]) -> tuple[int, int]:
+    """As :func:`decided_counts`, for a ``contextual_autotune`` function: how its kernels' keys were decided in this
+    process, (tuned here, served from the disk cache), from its record of decisions (``tuned.tuner.decisions``, each
+    with ``how``: ``disk cache`` where the cache held it)."""
+    hows = [decision["how"] for decision in tuned.tuner.decisions.values()]
+    cached = hows.count("disk cache")
+    return len(hows) - cached, cached
+
+
 def cache_line(name: str, counts: dict[str, tuple[int, int]], failed: int = 0) -> str:
     """The line an example prints on rank 0 to say how its keys were decided: ``ag_gemm keys: 1 tuned, 0 served from
     the cache`` (a first run), ``ag_gemm keys: 0 tuned, 1 served from the cache (...)`` (a run again on the same

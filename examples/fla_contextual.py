@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     error = ((out.float() - ref).norm() / ref.norm()).item()
     print(f"fla chunk_gla rank {rank}: first call (tuning) {first_s:.1f} s, then {steady_ms:.3f} ms per call, "
           f"relative error {error:.2e} against the torch recurrence", flush=True)
+    if rank == 0:  # (every rank's decisions are the group's)
+        from examples._dist_common import cache_line, contextual_counts
+
+        print(cache_line("fla chunk_gla", {"gla": contextual_counts(gla)}), flush=True)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return 0 if error <= 2e-2 else 1

@@ -145,6 +145,8 @@ def test_nested_repeated_and_threads(env):
 def test_new_process_loads_choices_from_disk(env, tmp_path):
     first = run("disk", 2, env)
     assert [r.result["how"] for r in first] == [["tuned"]] * 2
+    # the examples' line (fla_contextual.py's): before, that example printed none
+    assert {r.result["cache_line"] for r in first} == {"layer keys: 2 tuned, 0 served from the cache"}, first
     files = sorted((tmp_path / "cache" / "contextual").glob("*.json"))
     assert len(files) == 2
     data = [json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}")) for f in files]
@@ -152,6 +154,8 @@ def test_new_process_loads_choices_from_disk(env, tmp_path):
     second = run("disk", 2, env)
     for r in second:
         assert r.result["how"] == ["disk cache"] and r.result["chosen"] == {ADD: 2, SCALE: 1}
+        assert r.result["cache_line"] == ("layer keys: 0 tuned, 2 served from the cache (decided by an earlier run; "
+                                          "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1 tunes again)"), r.result
         assert r.result["runs"] == 2 and r.result["ok"]  # one run to meet the kernels, one with the choices
         assert r.result["seq"] == [[["add", 64, 0], ["scale", 64, 0]], [["add", 64, 2], ["scale", 64, 1]]]
 

@@ -281,9 +281,13 @@ def phases_text(phases: dict[str, float] | None, around: dict[str, float] | None
 
 
 def fla(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
-    """``skipped: ...`` (no fla-core, or no GPU) or rank 0's figure."""
+    """``skipped: ...`` (no fla-core, or no GPU) or rank 0's figure, with its line of keys tuned and served."""
     figure = line_of(stdout, r"^skipped: |^fla chunk_gla rank 0")
     problems = [] if figure else ["neither 'skipped: ...' nor rank 0's figure printed"]
+    keys = line_of(stdout, r"^fla chunk_gla keys: ")
+    if figure and not figure.startswith("skipped") and not keys:
+        problems.append("no line of the keys tuned and served from the cache")
+    figure = f"{figure}; {keys}" if keys else figure
     return [f"{len(new)} cache entries"], problems, figure
 
 

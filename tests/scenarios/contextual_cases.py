@@ -416,8 +416,11 @@ def disk():
     # each kernel's configs_timings, by BLOCK, as stock Triton's: [group ms, 20th, 80th percentile]
     timings = {name: {str(c.kwargs["BLOCK"]): t for c, t in kernel.configs_timings.items()}
                for name, kernel in (("add", add_kernel), ("scale", scale_kernel))}
+    from examples._dist_common import cache_line, contextual_counts
+
     emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), seq=runs_of_seq(),
-         how=sorted({d["how"] for d in layer.tuner.decisions.values()}), ok=ok, timings=timings)
+         how=sorted({d["how"] for d in layer.tuner.decisions.values()}), ok=ok, timings=timings,
+         cache_line=cache_line("layer", {"layer": contextual_counts(layer)}))
 
 
 @case
