@@ -117,8 +117,8 @@ def test_the_reviews_case_a_rank_interrupted_at_its_decisions_line(tmp_path, the
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("then", "at"), [("same", "wait"), ("other", "wait"), ("exchange", "wait"),
-                                         ("capture", "wait"), ("same", "read"), ("same", "kept"),
-                                         ("same", "twice")])
+                                         ("capture", "wait"), ("decided", "wait"), ("same", "read"),
+                                         ("same", "kept"), ("same", "twice")])
 def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_decision_at_its_next_call(tmp_path,
                                                                                                      then, at):
     """Rank 1 is interrupted inside its wait for the result of key 8's last exchange, which rank 0 gives only once
@@ -132,7 +132,11 @@ def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_deci
     ``capture``: as ``same``, the call of key 8 again made as if inside a CUDA graph's capture, whose check that
     the key is decided reads that result too (before: CaptureError, the key not decided there).
     ``twice``: a second interruption inside rank 1's call "8 again", while it waits for that result, leaves it to
-    read at the next call, "8 third" (before: it was dropped, and "8 third" tuned key 8 alone)."""
+    read at the next call, "8 third" (before: it was dropped, and "8 third" tuned key 8 alone).
+    ``decided``: rank 1's next call is of a key both ranks decided before (another function's), which makes no
+    exchange: it reads that result too (before: the key stayed undecided on rank 1 until its next tuning call, its
+    decisions unlike rank 0's meanwhile: found by ``chaos.py --faults interrupt``, seed 10303, job seed
+    1283081148, whose rank 2 called nothing but a decided key after its interruption)."""
     results = run_ranks(CASES, 2, ["tune_interrupted_waiting_for_the_decision"], timeout=180,
                         env={**tuner_env(tmp_path, T_AGAIN), **AGAIN, "NEXT": then, "AT": at})
     said = said_by(results)
@@ -141,6 +145,8 @@ def test_a_rank_interrupted_waiting_for_its_decisions_last_result_keeps_the_deci
     served = said[(1, "8 third" if at == "twice" else "8 again")] if then in ("same", "capture") else None
     if at == "twice":
         assert said[(1, "8 again")]["error"] == "KeyboardInterrupt", describe(results)
+    if then == "decided":
+        assert said[(1, "4 again")]["error"] is None and said[(1, "4 again")]["late_keys"] == [8], describe(results)
     if served is not None:
         assert served["error"] is None and served["value"] == said[(0, 8)]["value"], describe(results)
     for what in ("8 once more", 16):
@@ -492,3 +498,22 @@ def test_a_rank_0_interrupted_in_its_gather_that_counts_one_peer_out_before_the_
     assert [calls[(r, 2)]["error"] for r in range(3)] == ["KeyboardInterrupt", "RankFailedError", "RankFailedError"], \
         calls
     assert all(calls[(r, c)]["error"] is None for r in range(3) for c in range(3, 7)), calls
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3])
+def test_rank_0_and_a_peer_left_after_one_turn_the_peer_back_in_time_and_rank_0_late_raise_alike(tmp_path, n):
+    """``n`` ranks, sync_every=2: group rank 0 and rank 1 are interrupted at the summary line of the group's first
+    contextual call (rank 0's record is the result of the agreement at call 2, rank 1's its part there); rank 1 calls
+    again at once, rank 0 9 s later (past the grace). Every rank raises at call 2 (rank 0 counted out there), and
+    calls 3 to 6 go on without error on every rank. Before: rank 1 read nothing of rank 0's record and made its
+    agreement at call 2 at the next number, where its peers made their agreement at call 4 (with 2 ranks: rank 1
+    waited there until rank 0 came back, then ExchangeError)."""
+    env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1", "SYNC_EVERY": "2", "PLAN": "c64*6",
+           "PLAN_0": "c64!,z9,c64*5", "PLAN_1": "c64!,c64*5"}
+    results = run_ranks(COUNTED_OUT, n, ["plan"], timeout=100, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}
+    assert calls[(0, 1)]["error"] == calls[(1, 1)]["error"] == "KeyboardInterrupt", calls
+    assert all(calls[(r, 2)]["error"] == "RankFailedError" for r in range(n)), calls
+    assert all(calls[(r, c)]["error"] is None for r in range(n) for c in range(3, 7)), calls

@@ -228,7 +228,8 @@ def tune_interrupted_waiting_for_the_decision():
     rank 1 calls key 8 "once more". ``exchange``: the same with an exchange of the group's channel in a turn of its
     own instead of ``other`` (what a call other than a tuning makes first: a contextual call, a campaign).
     ``capture``: as ``same``, rank 1's "8 again" made as if inside a CUDA graph's capture (its check that the key is
-    decided comes first).
+    decided comes first). ``decided``: both ranks first tune key 4 of ``other``; rank 1's next call is of that
+    decided key ("4 again", which emits the keys of ``late`` decided then), then both call key 8 "once more".
     ``AT=read``: rank 1 is interrupted once it has read that result instead, before its call took it (a
     KeyboardInterrupt raised where the result is decoded), and rank 0 does not wait; ``AT=kept``: the same, raised
     where the tuning keeps the decision (after the exchange). ``AT=twice``: rank 1 is
@@ -288,7 +289,8 @@ def tune_interrupted_waiting_for_the_decision():
         cache.store = slow_write
     else:
         def interrupt_in_the_wait() -> None:  # once rank 1's message of the decision's exchange is in the store
-            while not ("decision written" in group._what and group._sent == group.exchanges()):
+            while not ("decision written" in group._what and "[late" in group._what
+                       and group._sent == group.exchanges()):
                 time.sleep(0.01)
             time.sleep(0.2)
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
@@ -308,6 +310,8 @@ def tune_interrupted_waiting_for_the_decision():
     if os.environ["NEXT"] in ("other", "exchange"):
         calls = [(late, 8, 8), (other if os.environ["NEXT"] == "other" else exchange, 16, 16), (late, 8, "8 once more")]
         calls = calls if me == 1 else [calls[0], calls[2], calls[1]]
+    if os.environ["NEXT"] == "decided":
+        calls = [(other, 4, 4), (late, 8, 8), (other, 4, "4 again"), (late, 8, "8 once more"), (late, 16, 16)]
     if os.environ["NEXT"] == "capture" and me == 1:
         import triton_dist_tune.tune as tune_module
 
@@ -329,6 +333,8 @@ def tune_interrupted_waiting_for_the_decision():
             said = {"error": "KeyboardInterrupt"}
             with open(caught + "2" if os.path.exists(caught) else caught, "w"):
                 pass
+        if what == "4 again":
+            said["late_keys"] = sorted(late.tuner.decided)
         emit(rank=me, what=what, seconds=time.monotonic() - t0, **said)
     folder = os.path.join(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"], "late")
     emit(rank=me, what="decided", keys=sorted(late.tuner.decided),

@@ -119,11 +119,13 @@ class Tuner(TunedFunction):
             # serving or tuning: threads of this process take turns on the group, so that their exchanges never
             # interleave (a decided key takes none); with replicas, on the replicas' group too, which the tuning
             # exchanges on: that one first, as a campaign takes its rounds' group first (one lock order)
-            if config is None:
+            # a decision this rank's interrupted call left unread is kept first, if any: by a decided key's call too,
+            # which makes no exchange (before, its rank's decisions lacked it until its next tuning call)
+            if config is None or group.has_unread():
                 if layout is not None:
                     turn.enter_context(layout.replicas.turn())
                 turn.enter_context(group.turn())
-                group.read_unread()  # a decision this rank's interrupted call left unread: kept first, if any
+                group.read_unread()
                 config = table.get(slot) if key_error is None else None  # decided by a thread before us, or just read?
             env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
 

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -28,6 +29,11 @@ from .messages import Message, step_print
 from .store_texts import left_message
 
 log = logging.getLogger("triton_dist_tune")
+
+#: the channels of this process that hold a result to read at their rank's next call
+#: (:meth:`LeavingChannel.keep_unread`): while any does, a decided key's call leaves its hot path for the slow one,
+#: which reads it (``tune.py``; one truth test per call)
+UNREAD: weakref.WeakSet[LeavingChannel] = weakref.WeakSet()
 
 
 class LeftRecord(NamedTuple):
@@ -130,6 +136,7 @@ class LeavingChannel(Group):
         if awaited is None or awaited[0] != self._seq or self._seq <= begun:  # (the awaited is reset as one begins)
             return False
         self._to_read = (awaited, keep)
+        UNREAD.add(self)
         return True
 
     def _result_of(self, seq: int, what: str, timeout: float, started: float) -> bytes:
@@ -137,7 +144,7 @@ class LeavingChannel(Group):
         stays in the store until this rank writes its next message: rank 0 deletes it two exchanges on)."""
         raise NotImplementedError
 
-    def come_back(self, back: LeftRecord, timeout: float | None = None) -> None:
+    def come_back(self, back: LeftRecord, what: str, timeout: float | None = None) -> None:
         """This rank's next exchange after it left, before it writes anything there: its "left" record ``back`` is
         settled ``back`` where no peer settled it yet (:func:`.passover.come_back`), and the rank keeps the step at
         which its peers raised while it was away, if they did, to raise there too when it reaches it (a step made
@@ -152,7 +159,13 @@ class LeavingChannel(Group):
           The rank reads that exchange's result first, waiting for it as for any result (``timeout``: that wait's
           deadline; None: the default). Before, it made its step again at the next number while its peers raised
           at this one: 3 gloo ranks, two records at one agreement, one back within the grace and one counted out
-          (``test_passover.py``, two ranks left at one exchange).
+          (``test_passover.py``, two ranks left at one exchange);
+        - where that result is rank 0's own record of a turn it left after that turn's last exchange (rank 0 was
+          interrupted after the same turn), the rank settles it as a peer past that turn does
+          (:func:`.passover.settle`: a grace for rank 0's next call; ``out`` at ``what``, the step this rank comes
+          back to, where it does not come), and keeps the step of an ``out`` (before: it read nothing of it, and
+          where rank 0's peers counted rank 0 out at an agreement, this rank's agreement met their next one,
+          ``ExchangeError``; with 2 ranks, it waited until rank 0 came back, then the same).
 
         A record of group rank 0 is that exchange's result itself, which each peer settles: nothing more to read."""
         found = passover.come_back(self.store, back.key, back.payload)
@@ -163,8 +176,12 @@ class LeavingChannel(Group):
                                               f"at '{record.at[:STEP_QUOTE]}' after their grace, and raised there: so "
                                               "does this rank)")
         elif found is not None and self.rank != 0 and passover.settled_as(found) == passover.BACK:
-            result = self._result_of(back.seq, "the result of the exchange this rank left",
-                                     default_timeout() if timeout is None else timeout, time.monotonic())
+            deadline = default_timeout() if timeout is None else timeout
+            result = self._result_of(back.seq, "the result of the exchange this rank left", deadline, time.monotonic())
+            rank_0 = passover.unsettled(result)
+            if rank_0 is not None and rank_0.held < back.seq:
+                result = passover.settle(self, self._key(back.seq, "all"), result, 0,
+                                         time.monotonic() + passover.grace(deadline), what)
             verdict = _ended_without(result, back.seq)
         with self._lock:
             self._out_at = verdict
@@ -178,7 +195,7 @@ class LeavingChannel(Group):
         with self._lock:
             back = self._back
         if back is not None:
-            self.come_back(back, timeout)
+            self.come_back(back, what, timeout)
         with self._lock:
             out_at = self._out_at
             if out_at is None or out_at[0] != step_print(what):
@@ -206,6 +223,7 @@ class LeavingChannel(Group):
         interruption of this read leaves the result to the next call."""
         with self._lock:
             to_read, self._to_read = self._to_read, None
+            UNREAD.discard(self)
         if to_read is None:
             return
         (seq, what, timeout), keep = to_read
@@ -222,6 +240,7 @@ class LeavingChannel(Group):
         except BaseException:  # interrupted again (Ctrl-C in the wait): still to read, at the next call
             with self._lock:
                 self._to_read = to_read
+                UNREAD.add(self)
             raise
         keep(value)
 
@@ -247,8 +266,7 @@ def _ended_without(payload: bytes, seq: int) -> tuple[str, str] | None:
     record lay (:meth:`LeavingChannel.come_back`): that step (its print) and the error to raise there, where the
     result is an error every peer raised there (a record settled ``out``, another rank's error, group rank 0's own
     record written as it left its gather of that exchange: every peer there was in rank 0's turn); None where the
-    exchange is void (a record set ``back``) or the result is group rank 0's record of a turn it left after that
-    turn's last exchange, not settled ``out`` (its peers settle it; nothing is known yet)."""
+    exchange is void (a record set ``back``, rank 0's own included)."""
     try:
         message = codec.decode(payload)
     except codec.BadMessage:

@@ -101,15 +101,17 @@ def come_back(store: Any, key: str, payload: bytes) -> bytes | None:
         return None
 
 
-def settle(group: Any, key: str, payload: bytes, rank: int, until: float) -> bytes:
+def settle(group: Any, key: str, payload: bytes, rank: int, until: float, at: str | None = None) -> bytes:
     """``payload``, read under ``key`` by a rank of ``group`` (a :class:`.store.StoreGroup`): where it is an
     unsettled "left" record (of group rank ``rank``), the record settled (see the module's docstring), else
     ``payload`` itself. Past the turn, this waits until ``until`` at most (``time.monotonic``: the end of the
-    exchange's one :func:`grace`, shared by every record it reads, so that several ranks left cost one grace)."""
+    exchange's one :func:`grace`, shared by every record it reads, so that several ranks left cost one grace).
+    ``at``: the step a record settled ``out`` names (None: the exchange's this rank is at)."""
     left = unsettled(payload)
     if left is None:
         return payload
-    store, global_rank, out = group.store, group.global_ranks[rank], _settled(left, OUT, group._what)
+    store, global_rank = group.store, group.global_ranks[rank]
+    out = _settled(left, OUT, group._what if at is None else at)
     past = group.turn_began() >= left.held
     deadline = until if past else 0.0
     if past:

@@ -147,7 +147,7 @@ class StoreGroup(LeavingChannel):
             with self._lock:
                 back, self._back = self._back, None
             if back is not None:  # this rank left its last call: its peers past that turn need not raise
-                self.come_back(back, timeout)
+                self.come_back(back, what, timeout)
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
                     self._seq += 1
