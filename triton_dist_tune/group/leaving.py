@@ -32,7 +32,8 @@ log = logging.getLogger("triton_dist_tune")
 
 #: the channels of this process that hold a result to read at their rank's next call
 #: (:meth:`LeavingChannel.keep_unread`): while any does, a decided key's call leaves its hot path for the slow one,
-#: which reads it (``tune.py``; one truth test per call)
+#: which reads it where the call is on that channel's group (``tune.py``; one truth test per call; a decided call on
+#: another group meanwhile is served by the slow path, a few microseconds more, until the result is read)
 UNREAD: weakref.WeakSet[LeavingChannel] = weakref.WeakSet()
 
 
