@@ -33,7 +33,9 @@ log = logging.getLogger("triton_dist_tune")
 #: the channels of this process that hold a result to read at their rank's next call
 #: (:meth:`LeavingChannel.keep_unread`): while any does, a decided key's call leaves its hot path for the slow one,
 #: which reads it where the call is on that channel's group (``tune.py``; one truth test per call; a decided call on
-#: another group meanwhile is served by the slow path, a few microseconds more, until the result is read)
+#: another group meanwhile is served by the slow path until the result is read, for good where no call on that
+#: channel's group comes: measured by the closing review R87 on a CPU host, 1 gloo rank, a decided key of a plain
+#: function, about 50 to 100 us a call against under 1 us on the hot path)
 UNREAD: weakref.WeakSet[LeavingChannel] = weakref.WeakSet()
 
 
