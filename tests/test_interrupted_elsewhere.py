@@ -37,6 +37,30 @@ def test_a_contextual_rank_back_past_the_grace_through_a_plain_autotune_step_rai
     assert ends[0]["agreed"] == ends[1]["agreed"] and ends[0]["exchanges"] == ends[1]["exchanges"], ends
 
 
+
+@pytest.mark.timeout(150)
+def test_a_contextual_rank_back_past_the_grace_through_a_plain_autotune_step_interrupted_again_still_raises_there(
+        tmp_path):
+    """As above, but rank 1's key-8 tuning (its first exchange back, which read its record counted out at the
+    agreement at call 2) is interrupted again, at its decision's line (after that tuning's last exchange), and rank 1
+    calls again at once. Rank 1's agreement at call 2 still raises RankFailedError, writing nothing, and calls 3 and
+    4 go on together. Found by the closing review R87: the second leave dropped the step kept from the first record
+    (``LeavingChannel._out_at``), and rank 1's agreement at call 2 met rank 0's at call 4 (ExchangeError on both),
+    then rank 1 waited T (20 s) at its own call 4."""
+    env = {**tuner_env(tmp_path, 20), "PASSOVER_GRACE_S": "2", "LEAVER": "1", "SYNC_EVERY": "2",
+           "PLAN_0": "c64*2,a8,c64*2", "PLAN_1": "c64!,z6,a8!,c64*3"}
+    results = run_ranks(COUNTED_OUT, 2, ["plan"], timeout=120, env=env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    said = [r for result in results for r in result.results if "op" in r]
+    calls = {(r["rank"], r["calls"]): r for r in said if r["op"].startswith("c")}
+    plain = {r["rank"]: r for r in said if r["op"].startswith("a8")}
+    assert calls[(1, 1)]["error"] == "KeyboardInterrupt" and plain[1]["error"] == "KeyboardInterrupt", describe(results)
+    assert plain[0]["error"] is None, plain
+    assert calls[(0, 2)]["error"] == calls[(1, 2)]["error"] == "RankFailedError", calls
+    for n in (3, 4):
+        assert all(calls[(r, n)]["error"] is None and calls[(r, n)]["seconds"] < 15 for r in (0, 1)), calls
+
+
 PASSOVER = HERE / "scenarios" / "passover_cases.py"
 
 

@@ -70,11 +70,12 @@ class LeavingChannel(Group):
         self._awaited: tuple[int, str, float] | None = None
         self._to_read: tuple[tuple[int, str, float], Callable[[Any], None]] | None = None
         self._promised_at: int | None = None  #: the exchanges begun at this rank's promise of its next one
-        #: the step (its :func:`.messages.step_print`) at which this rank's peers raised while it was away (they
+        #: the steps (their :func:`.messages.step_print`) at which this rank's peers raised while it was away (they
         #: counted it out there, or the exchange its "left" record lay at ended with another rank's error: a
-        #: made-once step, :meth:`raise_if_counted_out`), found as its next exchange came back (:meth:`come_back`);
-        #: and the error to raise there
-        self._out_at: tuple[str, str] | None = None
+        #: made-once step, :meth:`raise_if_counted_out`), found as its next exchange came back (:meth:`come_back`),
+        #: each with the error to raise there; kept until the rank reaches that step, through later leaves (before:
+        #: a leave dropped them, and a rank interrupted again before that step made it against its peers' next one)
+        self._out_at: dict[str, str] = {}
 
     def promise_next_exchange(self, promised: bool = True) -> None:
         """:meth:`.channel.Group.promise_next_exchange`."""
@@ -107,7 +108,6 @@ class LeavingChannel(Group):
         if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
             return
         with self._lock:
-            self._out_at = None  # (a new record: an older one's step is no longer this rank's to meet)
             held = self._seq
             seq = self._seq = self._sent = held + (self._sent == held)
             gathering = self.rank == 0 and seq == held  # (rank 0 left the exchange it gathers: its result unwritten)
@@ -186,8 +186,9 @@ class LeavingChannel(Group):
                 result = passover.settle(self, self._key(back.seq, "all"), result, 0,
                                          time.monotonic() + passover.grace(deadline), what)
             verdict = _ended_without(result, back.seq)
-        with self._lock:
-            self._out_at = verdict
+        if verdict is not None:
+            with self._lock:
+                self._out_at[verdict[0]] = verdict[1]
 
     def raise_if_counted_out(self, what: str, timeout: float | None = None) -> None:
         """:meth:`.channel.Group.raise_if_counted_out`: read as this rank comes back from its "left" record
@@ -200,10 +201,9 @@ class LeavingChannel(Group):
         if back is not None:
             self.come_back(back, what, timeout)
         with self._lock:
-            out_at = self._out_at
-            if out_at is None or out_at[0] != step_print(what):
+            message = self._out_at.pop(step_print(what), None)
+            if message is None:
                 return
-            self._out_at = None
             if self._back is back:
                 self._back = None
         # group rank 0's record is that exchange's result, which every peer reads: one peer settled it out, but a
@@ -215,7 +215,7 @@ class LeavingChannel(Group):
                 self.store.delete_key(back.key)
             except Exception as exc:
                 log.debug("triton_dist_tune: could not delete %s: %s", back.key, exc)
-        raise RankFailedError(out_at[1])
+        raise RankFailedError(message)
 
     def has_unread(self) -> bool:
         return self._to_read is not None
