@@ -523,8 +523,6 @@ def test_rank_0_and_a_peer_left_after_one_turn_the_peer_back_in_time_and_rank_0_
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(reason="not covered (docs/fault-tolerance.md): rank 1 settles rank 0's record at its own step; "
-                   "passes only where rank 2 settles it first (a host so loaded that rank 1 takes 3 s to call)")
 def test_rank_0_and_a_peer_left_after_one_turn_the_peer_back_in_time_through_a_plain_autotune_step(tmp_path):
     """3 ranks, sync_every=2: group rank 0 and rank 1 are interrupted at the summary line of the group's first
     contextual call (rank 0's record is the result of the agreement at call 2, rank 1's its part there); rank 1 comes

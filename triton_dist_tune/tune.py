@@ -19,7 +19,7 @@ from .capture import capturing, eagerly, tuning_in_capture
 from .contextual.stock_watch import watch_decided_calls, watching
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
-from .group.leaving import UNREAD
+from .group.leaving import UNREAD, unread_on
 from .group.resolve import find_group
 from .space import CALL_KEYWORDS
 
@@ -166,7 +166,7 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
                             config = decided_in.get((*place, key_fn(*args, **kwargs)))
                         except Exception:
                             config = None
-                        if config is not None and not UNREAD:
+                        if config is not None and not (UNREAD and unread_on(place)):
                             return fn(*args, **kwargs, **config)
                 return slow(args, given)
         if alone:  # keys tuned by this rank alone before the job's group existed: dropped once it does
@@ -175,7 +175,7 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
             config = decided.get(key_fn(*args, **kwargs))
         except Exception:  # an unhashable key or a failing key_fn: the slow path reports it to the group
             config = None
-        if config is None or UNREAD:  # (a result an interruption left unread: the slow path reads it first)
+        if config is None or (UNREAD and unread_on(None)):  # (a result an interruption left unread: read first)
             return slow(args, given)
         return fn(*args, **kwargs, **config)
 

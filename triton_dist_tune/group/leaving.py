@@ -26,17 +26,25 @@ from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailed
 from . import codec, passover, store_silence
 from .channel import STEP_QUOTE, Failed, FailureReport, Group, default_timeout
 from .messages import Message, step_print
+from .store_peek import peek
 from .store_texts import left_message
 
 log = logging.getLogger("triton_dist_tune")
 
 #: the channels of this process that hold a result to read at their rank's next call
-#: (:meth:`LeavingChannel.keep_unread`): while any does, a decided key's call leaves its hot path for the slow one,
-#: which reads it where the call is on that channel's group (``tune.py``; one truth test per call; a decided call on
-#: another group meanwhile is served by the slow path until the result is read, for good where no call on that
-#: channel's group comes: measured by the closing review R87 on a CPU host, 1 gloo rank, a decided key of a plain
-#: function, about 50 to 100 us a call against under 1 us on the hot path)
+#: (:meth:`LeavingChannel.keep_unread`): while one does, a decided key's call on that channel's group
+#: (:func:`unread_on`) leaves its hot path for the slow one, which reads it (``tune.py``; a decided call on another
+#: group stays on the hot path: the slow one costs about 50 to 100 us a call, against under 1 us, measured by the
+#: closing review R87, and would last for good where no call on that channel's group comes)
 UNREAD: weakref.WeakSet[LeavingChannel] = weakref.WeakSet()
+
+
+def unread_on(identities: tuple | None) -> bool:
+    """Whether a channel in :data:`UNREAD` is one of the groups ``identities`` names (None: the job's default
+    group, whose decisions a call without ``autotune_pg`` serves). A loop over the few such channels: called only
+    while there is one."""
+    return any(channel.identity in identities if identities is not None else channel.title == "default"
+               for channel in list(UNREAD))
 
 
 class LeftRecord(NamedTuple):
@@ -76,6 +84,10 @@ class LeavingChannel(Group):
         #: each with the error to raise there; kept until the rank reaches that step, through later leaves (before:
         #: a leave dropped them, and a rank interrupted again before that step made it against its peers' next one)
         self._out_at: dict[str, str] = {}
+        #: the exchange where this rank came back in time, through a step not made once, to find group rank 0's own
+        #: record of the turn both left unsettled: its peers past that turn settle it at their step there, which this
+        #: rank cannot know; read again at its next step made once (:meth:`raise_if_counted_out`)
+        self._rank_0_left: int | None = None
 
     def promise_next_exchange(self, promised: bool = True) -> None:
         """:meth:`.channel.Group.promise_next_exchange`."""
@@ -147,7 +159,7 @@ class LeavingChannel(Group):
         stays in the store until this rank writes its next message: rank 0 deletes it two exchanges on)."""
         raise NotImplementedError
 
-    def come_back(self, back: LeftRecord, what: str, timeout: float | None = None) -> None:
+    def come_back(self, back: LeftRecord, what: str, timeout: float | None = None, made_once: bool = False) -> None:
         """This rank's next exchange after it left, before it writes anything there: its "left" record ``back`` is
         settled ``back`` where no peer settled it yet (:func:`.passover.come_back`), and the rank keeps the step at
         which its peers raised while it was away, if they did, to raise there too when it reaches it (a step made
@@ -164,11 +176,15 @@ class LeavingChannel(Group):
           at this one: 3 gloo ranks, two records at one agreement, one back within the grace and one counted out
           (``test_passover.py``, two ranks left at one exchange);
         - where that result is rank 0's own record of a turn it left after that turn's last exchange (rank 0 was
-          interrupted after the same turn), the rank settles it as a peer past that turn does
-          (:func:`.passover.settle`: a grace for rank 0's next call; ``out`` at ``what``, the step this rank comes
-          back to, where it does not come), and keeps the step of an ``out`` (before: it read nothing of it, and
-          where rank 0's peers counted rank 0 out at an agreement, this rank's agreement met their next one,
-          ``ExchangeError``; with 2 ranks, it waited until rank 0 came back, then the same).
+          interrupted after the same turn), unsettled: at a step made once (``made_once``: ``what`` is then the step
+          its peers past that turn make there too), the rank settles it as such a peer does
+          (:func:`.passover.settle`: a grace for rank 0's next call; ``out`` at ``what``), and keeps the step of an
+          ``out``; at
+          another step it leaves it to those peers, which settle it at their own step, and reads it again at its
+          next step made once (:meth:`raise_if_counted_out`). Before: it read nothing of it, and where rank 0's
+          peers counted rank 0 out at an agreement, this rank's agreement met their next one, ``ExchangeError``
+          (with 2 ranks, it waited until rank 0 came back, then the same); settled at a plain step's text (closing
+          review R87), rank 0 too then missed its peers' step.
 
         A record of group rank 0 is that exchange's result itself, which each peer settles: nothing more to read."""
         found = passover.come_back(self.store, back.key, back.payload)
@@ -182,10 +198,46 @@ class LeavingChannel(Group):
             deadline = default_timeout() if timeout is None else timeout
             result = self._result_of(back.seq, "the result of the exchange this rank left", deadline, time.monotonic())
             rank_0 = passover.unsettled(result)
-            if rank_0 is not None and rank_0.held < back.seq:
-                result = passover.settle(self, self._key(back.seq, "all"), result, 0,
-                                         time.monotonic() + passover.grace(deadline), what)
-            verdict = _ended_without(result, back.seq)
+            if rank_0 is not None and rank_0.held < back.seq and not made_once:
+                with self._lock:
+                    self._rank_0_left = back.seq
+            else:
+                verdict = self._settled_rank_0(back.seq, result, what, deadline)
+        self._keep(verdict)
+
+    def _settled_rank_0(self, seq: int, result: bytes, what: str, deadline: float) -> tuple[str, str] | None:
+        """:func:`_ended_without` of exchange ``seq``'s ``result``, once group rank 0's own unsettled record of a
+        turn it left after that turn's last exchange, where it is one, is settled at step ``what`` (made once)."""
+        rank_0 = passover.unsettled(result)
+        if rank_0 is not None and rank_0.held < seq:
+            result = passover.settle(self, self._key(seq, "all"), result, 0,
+                                     time.monotonic() + passover.grace(deadline), what)
+        return _ended_without(result, seq)
+
+    def look_at_rank_0_left(self, what: str, timeout: float | None = None, made_once: bool = False) -> None:
+        """Before this rank writes anything at its exchange at step ``what``: where it left group rank 0's own record
+        unsettled to its peers as it came back (:attr:`_rank_0_left`), read it again, and keep the step of an
+        ``out`` (settled ``back``: nothing). Its peers past that turn settle it before they write their message of
+        the exchange after it, so it is settled once this rank has read any result since (and still there: rank 0
+        deletes it two exchanges on, which needs this rank's message). At a step made once (``made_once``) a record
+        still unsettled is settled at ``what``, as :meth:`come_back` does. Best effort."""
+        with self._lock:
+            pending = self._rank_0_left
+        if pending is None:
+            return
+        try:
+            found = peek(self.store, self._key(pending, "all"))
+        except Exception as exc:
+            log.debug("triton_dist_tune: could not read group rank 0's record at exchange %d: %s", pending, exc)
+            found = None
+        if found is not None and passover.unsettled(found) is not None and not made_once:
+            return  # (its peers have not come to it yet)
+        with self._lock:
+            self._rank_0_left = None
+        if found is not None:
+            self._keep(self._settled_rank_0(pending, found, what, default_timeout() if timeout is None else timeout))
+
+    def _keep(self, verdict: tuple[str, str] | None) -> None:
         if verdict is not None:
             with self._lock:
                 self._out_at[verdict[0]] = verdict[1]
@@ -199,7 +251,8 @@ class LeavingChannel(Group):
         with self._lock:
             back = self._back
         if back is not None:
-            self.come_back(back, what, timeout)
+            self.come_back(back, what, timeout, made_once=True)
+        self.look_at_rank_0_left(what, timeout, made_once=True)
         with self._lock:
             message = self._out_at.pop(step_print(what), None)
             if message is None:

@@ -148,6 +148,7 @@ class StoreGroup(LeavingChannel):
                 back, self._back = self._back, None
             if back is not None:  # this rank left its last call: its peers past that turn need not raise
                 self.come_back(back, what, timeout)
+            self.look_at_rank_0_left(what, timeout)
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
                     self._seq += 1
@@ -158,7 +159,10 @@ class StoreGroup(LeavingChannel):
                 except PassedOver as exc:
                     log.debug("triton_dist_tune: exchange %d of group '%s' is void: %s", seq, self.title, exc)
                     continue
-                if back is not None:  # every rank is past the exchange this rank's "left" record lies at: deleted
+                # every rank is past the exchange this rank's "left" record lies at: deleted (group rank 0's is that
+                # exchange's result, deleted by its gather two on, once every peer wrote a message after it: a peer
+                # back in time through another step reads it until then, :meth:`look_at_rank_0_left`)
+                if back is not None and self.rank != 0:
                     tidy(self, back.key)
                 self._met = True
                 return result
