@@ -481,8 +481,9 @@ def test_two_ranks_left_at_one_exchange_one_back_and_one_counted_out_raise_at_th
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("rank_0_back_first", [False, True])
 def test_a_rank_0_interrupted_in_its_gather_that_counts_one_peer_out_before_the_other_comes_back_ends_it_alike(
-        tmp_path):
+        tmp_path, rank_0_back_first):
     """3 ranks, sync_every=2: ranks 1 and 2 are interrupted at the summary line of the group's first contextual
     call, both "left" records at the agreement at call 2; group rank 0, gathering it, is interrupted inside its
     grace and, leaving, reads both records unsettled; rank 2 comes back between that read and rank 0's
@@ -490,10 +491,15 @@ def test_a_rank_0_interrupted_in_its_gather_that_counts_one_peer_out_before_the_
     call 2 ended. Every rank raises at call 2 (rank 0 its interruption, ranks 1 and 2 RankFailedError), and calls 3
     to 6 go on without error. Before: rank 0 wrote rank 2's record, found back, as the exchange's result and its own
     at the next number, where rank 2 raised; rank 1, counted out, raised at call 2 writing nothing, one exchange
-    behind its peers for good (ExchangeError at call 4, then T)."""
+    behind its peers for good (ExchangeError at call 4, then T). ``rank_0_back_first``: rank 2 reads rank 0's record
+    only once rank 0 came back and set it back (before: the record settled lost the step it named, and rank 2 went on
+    where its peers raised: ExchangeError at its call 2, found by CI under load)."""
     env = {**tuner_env(tmp_path, 20), "LEAVER": "0,1,2", "SYNC_EVERY": "2", "PLAN_0": "c64,c64?,fr0c2,c64*4",
-           "PLAN_1": "c64!,wr0c2,c64*5", "PLAN_2": "c64!,wpeeked,c64*5", "HOLD_AT": "leaves its gather at",
-           "HOLD_MARK": "peeked", "HOLD_UNTIL": "back", "MARK_BACK": "back"}
+           "PLAN_1": "c64!,wr0c2,c64*5", "PLAN_2": "c64!,wpeeked,c64*5", "HOLD_AT_0": "leaves its gather at",
+           "HOLD_MARK_0": "peeked", "HOLD_UNTIL_0": "back", "MARK_BACK_2": "back"}
+    if rank_0_back_first:  # rank 2 reads rank 0's record only once rank 0 set it back at its call 4
+        env.update({"MARK_BACK_0": "r0back", "HOLD_AT_2": " is back", "HOLD_MARK_2": "r2held",
+                    "HOLD_UNTIL_2": "r0back"})
     results = run_ranks(COUNTED_OUT, 3, ["plan"], timeout=100, env=env)
     assert all(r.returncode == 0 for r in results), describe(results)
     calls = {(r["rank"], r["calls"]): r for result in results for r in result.results if "calls" in r}

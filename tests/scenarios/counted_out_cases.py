@@ -30,7 +30,8 @@ def plan():
     end at their plan's end without the final barrier). Each step emits what it gave. ``GRACE_UNTIL``: a ``cN?``
     rank makes file ``in_grace`` as its grace starts and is interrupted once file GRACE_UNTIL exists; ``MARK_BACK``:
     a rank makes that file once its "left" record is set back (its next call came). ``HOLD_AT``: a rank that logs a
-    line holding that text makes file HOLD_MARK and waits there for file HOLD_UNTIL (one time)."""
+    line holding that text makes file HOLD_MARK and waits there for file HOLD_UNTIL (one time). ``MARK_BACK_<rank>``,
+    ``HOLD_AT_<rank>`` ...: that rank's own, where set."""
     import triton
     from _cases import contextual_virtual_clock, spend
     from _kernels import block_matched_increment
@@ -46,17 +47,21 @@ def plan():
     os.makedirs(folder, exist_ok=True)
     leavers = [int(r) for r in os.environ["LEAVER"].split(",")]
     armed = [""]
-    held = [os.environ.get("HOLD_AT", "")]
+
+    def mine(name: str) -> str:  # (NAME_<rank> where set, else NAME)
+        return os.environ.get(f"{name}_{me}", os.environ.get(name, ""))
+
+    held = [mine("HOLD_AT")]
 
     class Interrupting(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             text = record.getMessage()
-            if os.environ.get("MARK_BACK") and text.endswith(" is back"):  # (this rank's "left" record: set back)
-                open(os.path.join(folder, os.environ["MARK_BACK"]), "w").close()
+            if mine("MARK_BACK") and text.endswith(" is back"):  # (this rank's "left" record: set back)
+                open(os.path.join(folder, mine("MARK_BACK")), "w").close()
             if held[0] and held[0] in text:
                 held[0] = ""
-                open(os.path.join(folder, os.environ["HOLD_MARK"]), "w").close()
-                waited_for([os.path.join(folder, os.environ["HOLD_UNTIL"])], 60)
+                open(os.path.join(folder, mine("HOLD_MARK")), "w").close()
+                waited_for([os.path.join(folder, mine("HOLD_UNTIL"))], 60)
             if armed[0] and armed[0] in text:
                 if armed[0] == IN_GRACE and os.environ.get("GRACE_UNTIL"):  # (the interruption comes later in it)
                     open(os.path.join(folder, "in_grace"), "w").close()

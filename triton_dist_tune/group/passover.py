@@ -93,7 +93,7 @@ def come_back(store: Any, key: str, payload: bytes) -> bytes | None:
     if left is None:
         return None
     try:
-        found = bytes(store.compare_set(key, payload, _settled(left, BACK)))
+        found = bytes(store.compare_set(key, payload, _settled(payload, left, BACK)))
         log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, settled_as(found) or "gone")
         return found
     except Exception as exc:
@@ -111,7 +111,7 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float, at: st
     if left is None:
         return payload
     store, global_rank = group.store, group.global_ranks[rank]
-    out = _settled(left, OUT, group._what if at is None else at)
+    out = _settled(payload, left, OUT, group._what if at is None else at)
     past = group.turn_began() >= left.held
     deadline = until if past else 0.0
     if past:
@@ -167,7 +167,7 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
     counted = False
     for key, (payload, left) in found.items():
         try:
-            now = bytes(store.compare_set(key, payload, _settled(left, OUT, at)))
+            now = bytes(store.compare_set(key, payload, _settled(payload, left, OUT, at)))
         except Exception as exc:
             log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
             return None
@@ -199,8 +199,17 @@ def _left_record(payload: bytes) -> Failed | None:
     return value if isinstance(value, Failed) and value.left else None
 
 
-def _settled(left: Failed, how: str, at: str = "") -> bytes:
-    return codec.encode(Message("", dataclasses.replace(left, settled=how, at=at)))
+def _settled(payload: bytes, left: Failed, how: str, at: str = "") -> bytes:
+    """The record ``left`` read as ``payload``, settled ``how`` (at step ``at``), with the step its message names
+    kept (group rank 0's record written as it left its gather names that exchange's step, which a rank back from its
+    own record there reads: before, a settled record named none, and such a rank, reading rank 0's record once rank 0
+    had come back, went on where its peers had raised)."""
+    try:
+        message = codec.decode(payload)
+        step = message.step if isinstance(message, Message) else ""
+    except codec.BadMessage:
+        step = ""
+    return codec.encode(Message(step, dataclasses.replace(left, settled=how, at=at)))
 
 
 def _ended(store: Any, left: Failed, global_rank: int) -> bool:
