@@ -54,6 +54,8 @@ class LeftRecord(NamedTuple):
     key: str
     payload: bytes
     seq: int
+    #: already come back to (:meth:`LeavingChannel.come_back`, at a step made once): only its deletion is left
+    came: bool = False
 
 
 class LeavingChannel(Group):
@@ -197,22 +199,27 @@ class LeavingChannel(Group):
         elif found is not None and self.rank != 0 and passover.settled_as(found) == passover.BACK:
             deadline = default_timeout() if timeout is None else timeout
             result = self._result_of(back.seq, "the result of the exchange this rank left", deadline, time.monotonic())
-            rank_0 = passover.unsettled(result)
-            if rank_0 is not None and rank_0.held < back.seq and not made_once:
-                with self._lock:
-                    self._rank_0_left = back.seq
-            else:
-                verdict = self._settled_rank_0(back.seq, result, what, deadline)
+            self._read_left_exchange(back.seq, result, what, deadline, made_once)
         self._keep(verdict)
 
-    def _settled_rank_0(self, seq: int, result: bytes, what: str, deadline: float) -> tuple[str, str] | None:
-        """:func:`_ended_without` of exchange ``seq``'s ``result``, once group rank 0's own unsettled record of a
-        turn it left after that turn's last exchange, where it is one, is settled at step ``what`` (made once)."""
-        rank_0 = passover.unsettled(result)
+    def _read_left_exchange(self, seq: int, result: bytes | None, what: str, deadline: float,
+                            made_once: bool) -> None:
+        """Keep what exchange ``seq``'s ``result`` (None: gone) says of the step this rank's peers raised at
+        (:func:`_ended_without`), once group rank 0's own unsettled record of a turn it left after that turn's last
+        exchange, where it is one, is settled: at a step made once by this rank, at ``what``; at another step it is
+        left to the peers past that turn (read again: :meth:`look_at_rank_0_left`)."""
+        rank_0 = passover.unsettled(result) if result is not None else None
         if rank_0 is not None and rank_0.held < seq:
+            if not made_once:
+                with self._lock:
+                    self._rank_0_left = seq
+                return
             result = passover.settle(self, self._key(seq, "all"), result, 0,
                                      time.monotonic() + passover.grace(deadline), what)
-        return _ended_without(result, seq)
+        with self._lock:
+            self._rank_0_left = None
+        if result is not None:
+            self._keep(_ended_without(result, seq))
 
     def look_at_rank_0_left(self, what: str, timeout: float | None = None, made_once: bool = False) -> None:
         """Before this rank writes anything at its exchange at step ``what``: where it left group rank 0's own record
@@ -230,12 +237,7 @@ class LeavingChannel(Group):
         except Exception as exc:
             log.debug("triton_dist_tune: could not read group rank 0's record at exchange %d: %s", pending, exc)
             found = None
-        if found is not None and passover.unsettled(found) is not None and not made_once:
-            return  # (its peers have not come to it yet)
-        with self._lock:
-            self._rank_0_left = None
-        if found is not None:
-            self._keep(self._settled_rank_0(pending, found, what, default_timeout() if timeout is None else timeout))
+        self._read_left_exchange(pending, found, what, default_timeout() if timeout is None else timeout, made_once)
 
     def _keep(self, verdict: tuple[str, str] | None) -> None:
         if verdict is not None:
@@ -250,8 +252,11 @@ class LeavingChannel(Group):
         ``ExchangeError`` (ranks at different steps), one step apart for good."""
         with self._lock:
             back = self._back
-        if back is not None:
+        if back is not None and not back.came:
             self.come_back(back, what, timeout, made_once=True)
+            with self._lock:  # (the exchange after this needs it no more: :meth:`.store.StoreGroup.combine`)
+                if self._back is back:
+                    self._back = back = back._replace(came=True)
         self.look_at_rank_0_left(what, timeout, made_once=True)
         with self._lock:
             message = self._out_at.pop(step_print(what), None)

@@ -146,8 +146,8 @@ class StoreGroup(LeavingChannel):
             self.read_unread()
             with self._lock:
                 back, self._back = self._back, None
-            if back is not None:  # this rank left its last call: its peers past that turn need not raise
-                self.come_back(back, what, timeout)
+            if back is not None and not back.came:  # this rank left its last call: its peers past that turn
+                self.come_back(back, what, timeout)  # need not raise
             self.look_at_rank_0_left(what, timeout)
             while True:  # (an exchange void on every rank is made again at the next number: :meth:`leave`)
                 with self._lock:
