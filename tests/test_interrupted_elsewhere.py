@@ -1,6 +1,7 @@
 """Interruptions the fault docs once listed as not covered (docs/fault-tolerance.md, "Interruptions on one rank"): a
 late rank whose first exchange back is a plain ``autotune`` step, a ``contextual_autotune`` rank interrupted while it
-applies a run's result, an interruption inside ``key_fn``. Real ranks (gloo), real Triton kernels (interpreter)."""
+applies a run's result (an interruption inside ``key_fn`` is still not covered there). Real ranks (gloo), real
+Triton kernels (interpreter)."""
 
 from __future__ import annotations
 
