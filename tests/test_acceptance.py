@@ -49,6 +49,19 @@ def test_the_acceptance_script_runs_the_campaign_and_the_cli_on_cpu_and_writes_i
     assert table.count("| OK |") == 4 and (out / "logs" / "moe_campaign.out").is_file()
 
 
+def test_the_steps_run_launch_sh_with_this_scripts_interpreter_unless_the_caller_names_one(tmp_path, monkeypatch):
+    """The ranks run the interpreter that runs the script (``PYTHON``, which launch.sh reads), so the SGLang step's
+    folder, named by the Triton the ranks tuned under, is the one the script looks in. Found running the suite from a
+    virtual environment (torch 2.14.1, Triton 3.8.0): launch.sh took ``python3`` from PATH (Triton 3.9.0), and the
+    step failed (``0 JSON files in .../configs/triton_3_8_0``)."""
+    module = acceptance()
+    ctx = module.Context(tmp_path / "out", tmp_path / "work", True, 0, [16], False)
+    monkeypatch.delenv("PYTHON", raising=False)
+    assert module.step_env(ctx, "moe_campaign")["PYTHON"] == sys.executable
+    monkeypatch.setenv("PYTHON", "/opt/other/bin/python3")
+    assert module.step_env(ctx, "moe_campaign")["PYTHON"] == "/opt/other/bin/python3"
+
+
 def test_the_vllm_check_reads_the_file_as_vllm_does_and_names_what_is_wrong(tmp_path):
     check = acceptance().vllm_file
     good = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,

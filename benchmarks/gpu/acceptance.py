@@ -411,12 +411,16 @@ def machine(cpu: bool) -> str:
 
 def step_env(ctx: Context, name: str) -> dict[str, str]:
     """The caller's environment without the tuner's variables, with a fresh HOME (decision and Triton caches in it),
-    the step's own log folder, and NVLink multicast off; on CPU, no GPU and Triton's interpreter."""
+    the step's own log folder, NVLink multicast off and ``PYTHON`` (launch.sh's interpreter) this script's own unless
+    the caller named one: the ranks then run the torch and Triton this script reads (the SGLang step's folder is named
+    by the Triton the ranks tuned under; before, launch.sh took ``python3`` from PATH, and a run from a virtual
+    environment with another Triton failed that step); on CPU, no GPU and Triton's interpreter."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("TRITON_DIST_AUTOTUNE_") and k not in ("TRITON_CACHE_DIR", "TRITON_HOME")}
     env.update(HOME=str(ctx.home), XDG_CACHE_HOME=str(ctx.home / ".cache"), TMPDIR=str(ctx.work / "tmp"),
                TRITON_DIST_AUTOTUNE_LOG_DIR=str(ctx.work / "logs" / name), PYTHONUNBUFFERED="1",
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    env.setdefault("PYTHON", sys.executable)
     if ctx.cpu:
         env.update(CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
     env.update(ctx.extra_env)
