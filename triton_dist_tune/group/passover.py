@@ -89,11 +89,10 @@ def come_back(store: Any, key: str, payload: bytes) -> bytes | None:
     """This rank, which left its call writing ``payload`` under ``key``, makes its next exchange on the group: the
     record is settled ``back`` unless a peer settled it first; returns the record as it is now (None: not read).
     Best effort (a store gone: the exchange says so)."""
-    left = unsettled(payload)
-    if left is None:
+    if unsettled(payload) is None:
         return None
     try:
-        found = bytes(store.compare_set(key, payload, _settled(payload, left, BACK)))
+        found = bytes(store.compare_set(key, payload, _settled(payload, BACK)))
         log.debug("triton_dist_tune: this rank's 'left' record %s is %s", key, settled_as(found) or "gone")
         return found
     except Exception as exc:
@@ -111,7 +110,7 @@ def settle(group: Any, key: str, payload: bytes, rank: int, until: float, at: st
     if left is None:
         return payload
     store, global_rank = group.store, group.global_ranks[rank]
-    out = _settled(payload, left, OUT, group._what if at is None else at)
+    out = _settled(payload, OUT, group._what if at is None else at)
     past = group.turn_began() >= left.held
     deadline = until if past else 0.0
     if past:
@@ -149,7 +148,7 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
     reads rank 0's record as that exchange's result (:meth:`.leaving.LeavingChannel.come_back`). Before, that
     ``back`` was the result: the exchange void for the peers, while the rank counted out raised there alone. Best
     effort."""
-    found: dict[str, tuple[bytes, Failed]] = {}
+    found: dict[str, bytes] = {}
     for key in keys:
         try:
             payload = peek(store, key)
@@ -158,16 +157,15 @@ def count_out(store: Any, keys: list[str], at: str) -> bytes | None:
             return None
         if payload is not None and settled_as(payload) == BACK:
             return payload
-        left = unsettled(payload) if payload is not None else None
-        if left is not None:
-            found[key] = (payload, left)
+        if payload is not None and unsettled(payload) is not None:
+            found[key] = payload
     if found:
         log.debug("triton_dist_tune: group rank 0 leaves its gather at '%s': settling %d peer record(s) out",
                   at[:80], len(found))
     counted = False
-    for key, (payload, left) in found.items():
+    for key, payload in found.items():
         try:
-            now = bytes(store.compare_set(key, payload, _settled(payload, left, OUT, at)))
+            now = bytes(store.compare_set(key, payload, _settled(payload, OUT, at)))
         except Exception as exc:
             log.debug("triton_dist_tune: could not settle the 'left' record %s: %s", key, exc)
             return None
@@ -199,17 +197,13 @@ def _left_record(payload: bytes) -> Failed | None:
     return value if isinstance(value, Failed) and value.left else None
 
 
-def _settled(payload: bytes, left: Failed, how: str, at: str = "") -> bytes:
-    """The record ``left`` read as ``payload``, settled ``how`` (at step ``at``), with the step its message names
-    kept (group rank 0's record written as it left its gather names that exchange's step, which a rank back from its
-    own record there reads: before, a settled record named none, and such a rank, reading rank 0's record once rank 0
-    had come back, went on where its peers had raised)."""
-    try:
-        message = codec.decode(payload)
-        step = message.step if isinstance(message, Message) else ""
-    except codec.BadMessage:
-        step = ""
-    return codec.encode(Message(step, dataclasses.replace(left, settled=how, at=at)))
+def _settled(payload: bytes, how: str, at: str = "") -> bytes:
+    """The "left" record ``payload`` (its callers read it as one) settled ``how`` (at step ``at``), with the step its
+    message names kept (group rank 0's record written as it left its gather names that exchange's step, which a rank
+    back from its own record there reads: before, a settled record named none, and such a rank, reading rank 0's
+    record once rank 0 had come back, went on where its peers had raised)."""
+    message = codec.decode(payload)
+    return codec.encode(Message(message.step, dataclasses.replace(message.value, settled=how, at=at)))
 
 
 def _ended(store: Any, left: Failed, global_rank: int) -> bool:
